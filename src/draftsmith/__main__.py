@@ -1,0 +1,5 @@
+import sys
+
+from draftsmith.cli import main
+
+sys.exit(main())

@@ -1,0 +1,29 @@
+"""Shared fixtures: the tiny target is built once per machine and cached by its settings."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_target_dir() -> Path:
+    """The default tiny target (trained Qwen3 + tokenizer with a `<think>` chat template)."""
+    from draftsmith.tiny import build_tiny_target
+
+    return build_tiny_target(log=lambda message: print(message))
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_target_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_target_dir)
+
+
+def pytest_configure(config):
+    # Tests never reach a model hub; everything they load is built locally.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
