@@ -18,6 +18,8 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
     for title, stats in (("Output length", plan.output_distribution), ("Prompt length", plan.prompt_distribution)):
         if stats is not None:
             console.print(_distribution_table(title, stats))
+            for note in _distribution_notes(stats, tail=title.startswith("Output")):
+                console.print(f"  {note}")
     console.print(_sensitivity_table(plan))
     if plan.gpu_scaling:
         console.print(_gpu_table(plan))
@@ -25,7 +27,6 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
         console.print(_deadline_line(plan))
     if plan.storage is not None:
         console.print(_storage_table(plan))
-        console.print(plan.storage.summary())
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
 
@@ -75,19 +76,23 @@ def _rate_table(plan: Plan) -> Table:
 
 
 def _distribution_table(title: str, stats: LengthStats) -> Table:
-    table = Table(title=f"{title} distribution ({stats.count:,} observed{', ' + stats.source if stats.source else ''})",
-                  title_justify="left")
+    table = Table(title=f"{title} ({stats.count:,} observed)", title_justify="left")
     for column in ("mean", "p50", "p90", "p99", "max"):
         table.add_column(column, justify="right")
     table.add_row(*(f"{value:,.0f}" for value in (stats.mean, stats.p50, stats.p90, stats.p99, stats.max)))
-    caption = [stats.describe_tail()]
-    if stats.max_tokens is not None and stats.share_at_cap is not None:
-        caption.append(
-            f"{stats.share_at_cap:.1%} hit max_tokens={stats.max_tokens:,} "
-            f"(cap removes {stats.tokens_cut_share:.1%} of tokens; mean {stats.mean_before_cap:,.0f} before the cap)"
-        )
-    table.caption = "; ".join(caption)
     return table
+
+
+def _distribution_notes(stats: LengthStats, tail: bool) -> list[str]:
+    notes = [f"from {stats.source}"] if stats.source else []
+    if stats.max_tokens is not None and stats.share_at_cap is not None:
+        notes.append(
+            f"{stats.share_at_cap:.1%} of samples hit max_tokens={stats.max_tokens:,}; the cap removes "
+            f"{stats.tokens_cut_share:.1%} of tokens (mean {stats.mean_before_cap:,.0f} before the cap)"
+        )
+    if tail:
+        notes.append(stats.describe_tail())
+    return notes
 
 
 def _sensitivity_table(plan: Plan) -> Table:

@@ -57,7 +57,7 @@ class StorageEstimate(BaseModel):
     def summary(self) -> str:
         return (
             f"Offline hidden states: {format_count(self.num_samples)} samples x "
-            f"{format_count(self.total_tokens / max(self.num_samples, 1))} tokens (prompt included) x "
+            f"{self.total_tokens / self.num_samples:,.0f} tokens (prompt included) x "
             f"{self.num_captured_layers} captured layers x hidden {self.hidden_size} x {self.dtype_bytes} bytes "
             f"({self.dtype}) = {format_bytes(self.bytes_per_token)} per token, "
             f"{format_bytes(self.bytes_per_sample)} per sample, {format_bytes(self.total_bytes)} in total. "
