@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from draftsmith.errors import InputError
+from draftsmith.plan.jsonfile import read_json_file
 
 BENCH_KIND = "draftsmith.bench"
 BENCH_VERSION = 1
@@ -30,13 +30,7 @@ class BenchSummary(BaseModel):
 
 def load_bench(path: str | Path) -> BenchSummary:
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such bench result file")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: not valid JSON ({error})") from None
-    return bench_from_dict(data, source=str(path))
+    return bench_from_dict(read_json_file(path, "bench result file"), source=str(path))
 
 
 def bench_from_dict(data: Any, source: str = "bench result") -> BenchSummary:

@@ -11,33 +11,33 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command("plan")
     def plan_command(
-        config: Path = typer.Option(None, "--config", help="YAML or TOML file of plan inputs; flags override it."),
-        samples: str = typer.Option(None, "--samples", help="Number of samples to generate (914000, 914k)."),
-        output_mean: str = typer.Option(None, "--output-mean", help="Average output tokens per sample."),
+        config: Path = typer.Option(None, "--config", metavar="FILE", help="YAML or TOML file of plan inputs; flags override it."),
+        samples: str = typer.Option(None, "--samples", metavar="N", help="Number of samples to generate (914000, 914k)."),
+        output_mean: str = typer.Option(None, "--output-mean", metavar="TOKENS", help="Average output tokens per sample."),
         output_lengths: str = typer.Option(
-            None, "--output-lengths", help="Observed output lengths: FILE[:COLUMN] (JSONL, Parquet, CSV, text)."
+            None, "--output-lengths", metavar="FILE[:COLUMN]", help="Observed output lengths: FILE[:COLUMN] (JSONL, Parquet, CSV, text)."
         ),
-        prompt_mean: str = typer.Option(None, "--prompt-mean", help="Average prompt tokens per sample."),
-        prompt_lengths: str = typer.Option(None, "--prompt-lengths", help="Observed prompt lengths: FILE[:COLUMN]."),
-        max_tokens: str = typer.Option(None, "--max-tokens", help="Cap on output tokens; truncates the distribution."),
-        per_gpu: str = typer.Option(None, "--per-gpu", help="Throughput of one GPU/server ('400 tok/s')."),
-        gpus: str = typer.Option(None, "--gpus", help="Number of GPUs/servers."),
-        efficiency: float = typer.Option(None, "--efficiency", help="Scaling efficiency beyond one GPU (0-1]."),
-        throughput: str = typer.Option(None, "--throughput", help="Total throughput ('1,600 tok/s', '5.76M/hour')."),
-        bench: Path = typer.Option(None, "--bench", help="Saved `draftsmith bench` JSON; its knee is per GPU."),
+        prompt_mean: str = typer.Option(None, "--prompt-mean", metavar="TOKENS", help="Average prompt tokens per sample."),
+        prompt_lengths: str = typer.Option(None, "--prompt-lengths", metavar="FILE[:COLUMN]", help="Observed prompt lengths: FILE[:COLUMN]."),
+        max_tokens: str = typer.Option(None, "--max-tokens", metavar="TOKENS", help="Cap on output tokens; truncates the distribution."),
+        per_gpu: str = typer.Option(None, "--per-gpu", metavar="RATE", help="Throughput of one GPU/server ('400 tok/s')."),
+        gpus: str = typer.Option(None, "--gpus", metavar="N", help="Number of GPUs/servers."),
+        efficiency: float = typer.Option(None, "--efficiency", metavar="FRACTION", help="Scaling efficiency beyond one GPU (0-1]."),
+        throughput: str = typer.Option(None, "--throughput", metavar="RATE", help="Total throughput ('1,600 tok/s', '5.76M/hour')."),
+        bench: Path = typer.Option(None, "--bench", metavar="FILE", help="Saved `draftsmith bench` JSON; its knee is per GPU."),
         claimed_rate: list[str] = typer.Option(
-            None, "--claimed-rate", help="A rate quoted elsewhere ('5.4M/day'), cross-checked; repeatable."
+            None, "--claimed-rate", metavar="RATE", help="A rate quoted elsewhere ('5.4M/day'), cross-checked; repeatable."
         ),
         use_rate: str = typer.Option(
-            None, "--use-rate", help="When rates disagree, the one to plan on: bench, per-gpu, throughput, claimed."
+            None, "--use-rate", metavar="NAME", help="When rates disagree, the one to plan on: bench, per-gpu, throughput, claimed."
         ),
-        rate_tolerance: float = typer.Option(None, "--rate-tolerance", help="Relative gap two rates may have (0.1)."),
-        deadline: str = typer.Option(None, "--deadline", help="Finish within this time ('7d', '36h'): GPUs needed."),
-        model_config: Path = typer.Option(None, "--model-config", help="Target's config.json (or model dir)."),
-        hidden_size: str = typer.Option(None, "--hidden-size", help="Target hidden size (instead of --model-config)."),
-        captured_layers: str = typer.Option(None, "--captured-layers", help="Target layers captured (DFlash: 5)."),
-        dtype: str = typer.Option(None, "--dtype", help="Hidden-state dtype on disk (bfloat16)."),
-        disk: str = typer.Option(None, "--disk", help="Disk budget for offline hidden states ('90TB', '2 TiB')."),
+        rate_tolerance: float = typer.Option(None, "--rate-tolerance", metavar="FRACTION", help="Relative gap two rates may have (0.1)."),
+        deadline: str = typer.Option(None, "--deadline", metavar="DURATION", help="Finish within this time ('7d', '36h'): GPUs needed."),
+        model_config: Path = typer.Option(None, "--model-config", metavar="PATH", help="Target's config.json (or model dir)."),
+        hidden_size: str = typer.Option(None, "--hidden-size", metavar="N", help="Target hidden size (instead of --model-config)."),
+        captured_layers: str = typer.Option(None, "--captured-layers", metavar="N", help="Target layers captured (DFlash: 5)."),
+        dtype: str = typer.Option(None, "--dtype", metavar="DTYPE", help="Hidden-state dtype on disk (bfloat16)."),
+        disk: str = typer.Option(None, "--disk", metavar="SIZE", help="Disk budget for offline hidden states ('90TB', '2 TiB')."),
         as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON instead of tables."),
     ) -> None:
         """Plan a regeneration run: wall time, rate cross-check, sensitivity, GPUs for a deadline, storage."""

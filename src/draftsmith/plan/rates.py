@@ -68,6 +68,8 @@ class Reading(BaseModel):
 class RateCheck(BaseModel):
     reference: str
     other: str
+    reference_text: str
+    other_text: str
     reference_tokens_per_s: float
     other_tokens_per_s: float
     ratio: float  # other / reference
@@ -111,17 +113,17 @@ def _relative_gap(a: float, b: float) -> float:
 
 def compare(reference: RateSource, other: RateSource, tolerance: float = DEFAULT_RATE_TOLERANCE) -> RateCheck:
     ratio = other.tokens_per_s / reference.tokens_per_s if reference.tokens_per_s > 0 else math.inf
-    gap = _relative_gap(reference.tokens_per_s, other.tokens_per_s)
-    if gap <= tolerance:
-        return RateCheck(
-            reference=reference.name,
-            other=other.name,
-            reference_tokens_per_s=reference.tokens_per_s,
-            other_tokens_per_s=other.tokens_per_s,
-            ratio=ratio,
-            agrees=True,
-            message=f"{other.describe()} agrees with {reference.describe()}",
-        )
+    common = dict(
+        reference=reference.name,
+        other=other.name,
+        reference_text=reference.text,
+        other_text=other.text,
+        reference_tokens_per_s=reference.tokens_per_s,
+        other_tokens_per_s=other.tokens_per_s,
+        ratio=ratio,
+    )
+    if _relative_gap(reference.tokens_per_s, other.tokens_per_s) <= tolerance:
+        return RateCheck(**common, agrees=True, message=f"{other.describe()} agrees with {reference.describe()}")
     # Re-read the other figure first (a quoted rate is the usual culprit), then the reference.
     best: tuple[float, Reading, RateSource, RateSource] | None = None
     for reread, fixed in ((other, reference), (reference, other)):
@@ -134,27 +136,15 @@ def compare(reference: RateSource, other: RateSource, tolerance: float = DEFAULT
     factor = max(ratio, 1 / ratio) if ratio > 0 and math.isfinite(ratio) else math.inf
     direction = "below" if ratio < 1 else "above"
     message = f"{other.describe()} is {_format_factor(factor)} {direction} {reference.describe()}"
-    reading = reread_name = None
-    if best is not None:
-        _, reading, reread, fixed = best
-        reread_name = reread.name
-        message += (
-            f"; {reading.text} matches {format_tokens_per_s(fixed.tokens_per_s)}: "
-            f"{reread.text!r} looks like a unit slip ({reading.change})"
-        )
-    else:
+    if best is None:
         message += "; no change of time unit or k/M/B reconciles them"
-    return RateCheck(
-        reference=reference.name,
-        other=other.name,
-        reference_tokens_per_s=reference.tokens_per_s,
-        other_tokens_per_s=other.tokens_per_s,
-        ratio=ratio,
-        agrees=False,
-        matching_reading=reading,
-        reading_of=reread_name,
-        message=message,
+        return RateCheck(**common, agrees=False, message=message)
+    _, reading, reread, fixed = best
+    message += (
+        f"; {reading.text} matches {format_tokens_per_s(fixed.tokens_per_s)}: "
+        f"{reread.text!r} looks like a unit slip ({reading.change})"
     )
+    return RateCheck(**common, agrees=False, matching_reading=reading, reading_of=reread.name, message=message)
 
 
 def _format_factor(factor: float) -> str:

@@ -71,7 +71,7 @@ def _rate_table(plan: Plan) -> Table:
     table.add_column("verdict")
     for check in plan.rate_checks:
         verdict = "[green]agrees[/green]" if check.agrees else f"[red]disagrees[/red]: {check.message}"
-        table.add_row(check.other, f"{check.other_tokens_per_s:,.1f}", f"{check.ratio:.3g}x", verdict)
+        table.add_row(f"{check.other}: {check.other_text}", f"{check.other_tokens_per_s:,.1f}", f"{check.ratio:.3g}x", verdict)
     return table
 
 
@@ -97,7 +97,7 @@ def _distribution_notes(stats: LengthStats, tail: bool) -> list[str]:
 
 def _sensitivity_table(plan: Plan) -> Table:
     sensitivity = plan.sensitivity
-    table = Table(title="Days to finish: throughput (rows) x average output length (columns)", title_justify="left")
+    table = Table(title="Days to finish: tok/s (rows) x average output tokens (columns)", title_justify="left")
     table.add_column("tok/s", justify="right")
     for factor, mean in zip(sensitivity.length_factors, sensitivity.output_means):
         header = f"{mean:,.0f}"

@@ -9,12 +9,12 @@ disk budget, the hidden states have to be recomputed by running the target durin
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from draftsmith.errors import InputError
+from draftsmith.plan.jsonfile import read_json_file
 from draftsmith.plan.units import format_bytes, format_count
 
 DTYPE_BYTES: dict[str, int] = {
@@ -145,12 +145,7 @@ def read_model_shape(config_json_path: str | Path) -> tuple[int, int]:
     path = Path(config_json_path)
     if path.is_dir():
         path = path / "config.json"
-    if not path.is_file():
-        raise InputError(f"{path}: no such model config")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: not valid JSON ({error})") from None
+    config = read_json_file(path, "model config")
     if not isinstance(config, dict):
         raise InputError(f"{path}: expected a JSON object")
     for section in (config, config.get("text_config"), config.get("llm_config"), config.get("language_config")):
