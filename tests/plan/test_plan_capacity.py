@@ -205,3 +205,11 @@ def test_plan_dict_is_json_ready():
     assert data["kind"] == "draftsmith.plan"
     assert data["wall_time"]["days"] == pytest.approx(16.53, abs=0.01)
     assert data["storage"]["recommendation"] == "online"
+
+
+def test_per_gpu_rates_are_scaled_and_refused_as_totals():
+    plan = make_plan(PlanInputs(**STORY, per_gpu="400 tok/s/GPU", gpus=4, claimed_rates=["1.44M/hour per GPU"]))
+    assert plan.throughput.tokens_per_s == 1600
+    assert plan.rate_checks[0].agrees and plan.rate_checks[0].other_tokens_per_s == pytest.approx(1600)
+    with pytest.raises(InputError, match="use --per-gpu"):
+        PlanInputs(**STORY, throughput="400 tok/s/GPU")

@@ -130,3 +130,11 @@ def test_formatting():
     assert format_bytes(93_593_600_000_000) == "93.6 TB (85.1 TiB)"
     assert format_duration(1_428_125) == "16.5 days"
     assert format_duration(36 * 3600) == "36.0 hours"
+
+
+def test_per_gpu_qualifier_and_magnitude_words():
+    rate = parse_rate("400 tok/s/GPU")
+    assert rate.per_gpu and rate.tokens_per_s == 400
+    assert parse_rate("400 tokens/s per GPU").per_gpu
+    assert not parse_rate("400 tok/s").per_gpu
+    assert parse_rate("5.4 million tokens per hour").tokens_per_s == pytest.approx(1500)

@@ -90,9 +90,12 @@ class PlanInputs(BaseModel):
         if value is None:
             return None
         text = str(value)
-        rate = parse_rate(text, f"--{info.field_name.replace('_', '-')}")
+        flag = f"--{info.field_name.replace('_', '-')}"
+        rate = parse_rate(text, flag)
         if rate.tokens_per_s <= 0:
-            raise InputError(f"--{info.field_name.replace('_', '-')} {text!r} must be greater than zero")
+            raise InputError(f"{flag} {text!r} must be greater than zero")
+        if rate.per_gpu and info.field_name == "throughput":
+            raise InputError(f"--throughput {text!r} is per GPU; --throughput is the total, use --per-gpu for this")
         return text
 
     @field_validator("claimed_rates", mode="before")
@@ -289,7 +292,11 @@ def _rate_sources(inputs: PlanInputs) -> list[RateSource]:
         sources.append(RateSource.from_rate("throughput", "--throughput", parse_rate(inputs.throughput, "--throughput")))
     for index, text in enumerate(inputs.claimed_rates):
         name = "claimed" if index == 0 else f"claimed-{index + 1}"
-        sources.append(RateSource.from_rate(name, "--claimed-rate", parse_rate(text, "--claimed-rate", bare_unit=None)))
+        rate = parse_rate(text, "--claimed-rate", bare_unit=None)
+        if rate.per_gpu:
+            sources.append(RateSource.from_rate(name, f"--claimed-rate x {gpus} GPUs", rate, scale))
+        else:
+            sources.append(RateSource.from_rate(name, "--claimed-rate", rate))
     return sources
 
 

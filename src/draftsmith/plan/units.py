@@ -55,6 +55,9 @@ _RATE_RE = re.compile(
     rf"^\s*(?P<number>{_NUMBER})\s*(?P<suffix>[kKmMbBgGtT](?![a-zA-Z]))?\s*"
     rf"(?P<tokens>[A-Za-z]*)\s*(?:/|\bper\b)\s*(?P<unit>[A-Za-z]+)\s*$"
 )
+_PER_GPU_RE = re.compile(r"\s*(?:/|\bper\b|\beach\b)\s*(?:gpu|device|server|replica)s?\s*$", re.IGNORECASE)
+_MAGNITUDE_WORDS = {"thousand": "k", "million": "M", "billion": "B", "trillion": "T"}
+_MAGNITUDE_WORD_RE = re.compile(r"\s*\b(thousand|million|billion|trillion)\b", re.IGNORECASE)
 _TPS_RE = re.compile(rf"^\s*(?P<number>{_NUMBER})\s*(?P<suffix>[kKmMbBgGtT])?\s*tps\s*$", re.IGNORECASE)
 
 
@@ -105,19 +108,11 @@ class Rate:
     amount: float  # tokens per `unit`, magnitude suffix already applied
     unit: str  # one of TIME_UNIT_SECONDS
     tokens_per_s: float
+    per_gpu: bool = False  # written with a "/GPU" or "per GPU" qualifier
 
     def per(self, unit: str) -> float:
         """The same rate expressed per `unit` (e.g. per "day")."""
         return self.tokens_per_s * TIME_UNIT_SECONDS[unit]
-
-    def reinterpreted(self, unit: str) -> "Rate":
-        """The rate you would get by reading the written amount as per `unit` instead."""
-        return Rate(
-            text=f"{format_count(self.amount)}/{unit_label(unit)}",
-            amount=self.amount,
-            unit=unit,
-            tokens_per_s=self.amount / TIME_UNIT_SECONDS[unit],
-        )
 
 
 def unit_label(unit: str) -> str:
@@ -133,19 +128,27 @@ def parse_rate(text: str | int | float, what: str = "rate", bare_unit: str | Non
     if isinstance(text, bool):
         raise InputError(f"{what} {text!r}: expected a rate such as '1,600 tok/s'")
     original = str(text)
-    if isinstance(text, (int, float)) or _COUNT_RE.match(original):
+    written = original
+    per_gpu = False
+    if isinstance(text, str):
+        qualifier = _PER_GPU_RE.search(written)
+        if qualifier:
+            per_gpu = True
+            written = written[: qualifier.start()]
+        written = _MAGNITUDE_WORD_RE.sub(lambda m: _MAGNITUDE_WORDS[m.group(1).lower()], written)
+    if isinstance(text, (int, float)) or _COUNT_RE.match(written):
         if bare_unit is None:
             raise InputError(
                 f"{what} {original!r}: needs a time unit, e.g. '{original} tok/s', '{original}/hour' or '{original}/day'"
             )
-        amount = parse_count(text, what)
-        return Rate(original, amount, bare_unit, amount / TIME_UNIT_SECONDS[bare_unit])
-    tps = _TPS_RE.match(original)
+        amount = parse_count(text if isinstance(text, (int, float)) else written, what)
+        return Rate(original, amount, bare_unit, amount / TIME_UNIT_SECONDS[bare_unit], per_gpu)
+    tps = _TPS_RE.match(written)
     if tps:
         amount = _parse_number(tps.group("number"), original, what) * COUNT_SUFFIXES[tps.group("suffix") or ""]
         unit = "second"
     else:
-        match = _RATE_RE.match(original)
+        match = _RATE_RE.match(written)
         if not match:
             raise InputError(
                 f"{what} {original!r}: not a rate; write it like '1,600 tok/s', '5.4M/hour' or '129.6M/day'"
@@ -164,7 +167,7 @@ def parse_rate(text: str | int | float, what: str = "rate", bare_unit: str | Non
         amount = _parse_number(match.group("number"), original, what) * COUNT_SUFFIXES[match.group("suffix") or ""]
     if amount < 0:
         raise InputError(f"{what} {original!r}: must not be negative")
-    return Rate(original, amount, unit, amount / TIME_UNIT_SECONDS[unit])
+    return Rate(original, amount, unit, amount / TIME_UNIT_SECONDS[unit], per_gpu)
 
 
 _SIZE_RE = re.compile(rf"^\s*(?P<number>{_NUMBER})\s*(?P<unit>[A-Za-z]*)\s*$")
