@@ -205,6 +205,7 @@ def test_plan_dict_is_json_ready():
     assert data["kind"] == "draftsmith.plan"
     assert data["wall_time"]["days"] == pytest.approx(16.53, abs=0.01)
     assert data["storage"]["recommendation"] == "online"
+    assert data["inputs"]["throughput"] == "1,600 tok/s" and "output_lengths" not in data["inputs"]
 
 
 def test_per_gpu_rates_are_scaled_and_refused_as_totals():

@@ -138,3 +138,9 @@ def test_per_gpu_qualifier_and_magnitude_words():
     assert parse_rate("400 tokens/s per GPU").per_gpu
     assert not parse_rate("400 tok/s").per_gpu
     assert parse_rate("5.4 million tokens per hour").tokens_per_s == pytest.approx(1500)
+
+
+def test_a_bare_count_of_millions_needs_its_time_unit():
+    with pytest.raises(InputError, match="needs a time unit"):
+        parse_rate("5.4M")
+    assert parse_rate("1.5k").tokens_per_s == 1500

@@ -233,6 +233,7 @@ class DeadlinePlan(BaseModel):
 
 
 class Plan(BaseModel):
+    inputs: dict[str, Any]  # the validated inputs, without the raw length lists
     samples: int
     output_mean: float
     prompt_mean: float | None
@@ -428,6 +429,7 @@ def make_plan(inputs: PlanInputs | dict[str, Any]) -> Plan:
     storage = _storage(inputs, total_output_tokens, total_prompt_tokens, warnings)
 
     return Plan(
+        inputs=inputs.model_dump(mode="json", exclude={"output_lengths", "prompt_lengths"}),
         samples=inputs.samples,
         output_mean=output_mean,
         prompt_mean=prompt_mean,

@@ -122,8 +122,9 @@ def unit_label(unit: str) -> str:
 def parse_rate(text: str | int | float, what: str = "rate", bare_unit: str | None = "second") -> Rate:
     """A token rate: "1,600 tok/s", "1.5k tok/s", "400/s", "5.4M/hour", "129.6M/day", "90 tps".
 
-    A bare number ("1600") is read as per `bare_unit`; pass `bare_unit=None` to require a unit,
-    which is what claimed rates do: a rate without its time unit is the slip we are checking for.
+    A bare number ("1600", "1.5k") is read as per `bare_unit`; pass `bare_unit=None` to require a
+    unit, which is what claimed rates do: a rate without its time unit is the slip we are checking
+    for. A bare count of millions or more ("5.4M") always needs its unit.
     """
     if isinstance(text, bool):
         raise InputError(f"{what} {text!r}: expected a rate such as '1,600 tok/s'")
@@ -136,8 +137,10 @@ def parse_rate(text: str | int | float, what: str = "rate", bare_unit: str | Non
             per_gpu = True
             written = written[: qualifier.start()]
         written = _MAGNITUDE_WORD_RE.sub(lambda m: _MAGNITUDE_WORDS[m.group(1).lower()], written)
-    if isinstance(text, (int, float)) or _COUNT_RE.match(written):
-        if bare_unit is None:
+    bare = _COUNT_RE.match(written) if isinstance(text, str) else None
+    if isinstance(text, (int, float)) or bare:
+        # "5.4M" alone is millions per hour or per day, never per second: insist on the unit.
+        if bare_unit is None or (bare and bare.group("suffix") in set("mMbBgGtT")):
             raise InputError(
                 f"{what} {original!r}: needs a time unit, e.g. '{original} tok/s', '{original}/hour' or '{original}/day'"
             )
