@@ -44,7 +44,10 @@ def _summary_table(plan: Plan) -> Table:
     table.add_row("total output tokens", f"{plan.total_output_tokens:,} ({format_count(plan.total_output_tokens)})")
     if plan.total_prompt_tokens is not None:
         table.add_row("total prompt tokens", f"{plan.total_prompt_tokens:,} ({format_count(plan.total_prompt_tokens)})")
-    rate = f"{format_tokens_per_s(throughput.tokens_per_s)} from {throughput.origin}"
+    label = {"bench": "the bench knee", "per-gpu": "--per-gpu", "throughput": "--throughput"}.get(
+        throughput.source, f"--claimed-rate ({throughput.source})"
+    )
+    rate = f"{format_tokens_per_s(throughput.tokens_per_s)} from {label}"
     if throughput.per_gpu_tokens_per_s is not None and throughput.gpus:
         rate += (
             f"  [{format_tokens_per_s(throughput.per_gpu_tokens_per_s)} per GPU x {throughput.gpus} GPUs"
@@ -71,7 +74,7 @@ def _rate_table(plan: Plan) -> Table:
     table.add_column("verdict")
     for check in plan.rate_checks:
         verdict = "[green]agrees[/green]" if check.agrees else f"[red]disagrees[/red]: {check.message}"
-        table.add_row(f"{check.other}: {check.other_text}", f"{check.other_tokens_per_s:,.1f}", f"{check.ratio:.3g}x", verdict)
+        table.add_row(f"{check.other}: {check.other_text}", f"{check.other_tokens_per_s:,.1f}", f"{check.ratio:#.3g}x", verdict)
     return table
 
 
@@ -97,7 +100,7 @@ def _distribution_notes(stats: LengthStats, tail: bool) -> list[str]:
 
 def _sensitivity_table(plan: Plan) -> Table:
     sensitivity = plan.sensitivity
-    table = Table(title="Days to finish: tok/s (rows) x average output tokens (columns)", title_justify="left")
+    table = Table(title="Days to finish (rows tok/s, cols avg output)", title_justify="left")
     table.add_column("tok/s", justify="right")
     for factor, mean in zip(sensitivity.length_factors, sensitivity.output_means):
         header = f"{mean:,.0f}"
