@@ -1,0 +1,505 @@
+"""Audit a tokenized dataset (contract 2) in a single streaming pass.
+
+Every check runs on whole record batches: the flat `values` buffers of the `input_ids` and
+`loss_mask` list arrays plus their offsets, with numpy cumulative sums standing in for per-row
+loops. Per-row results (trainable-token counts, span hashes) are kept as small numpy arrays so
+dominant values and duplicates are exact over the whole dataset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from draftsmith.audit.readers import data_files, iter_tokenized_batches
+from draftsmith.audit.report import EXAMPLES, AuditReport, Check, Dominant
+from draftsmith.audit.thresholds import Thresholds, coerce_thresholds
+from draftsmith.audit.tokens import TokenizerInfo, load_tokenizer
+
+MAX_ERRORS = 50
+#: span candidates kept per batch: a span holding share s of the dataset holds >= s of some batch,
+#: so it is among that batch's top 1/s spans; 32 covers every span above ~3%.
+TOP_PER_BATCH = 32
+MAX_REPRESENTATIVES = 4096
+STORED_SPAN_TOKENS = 512
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_BASE = np.uint64(0x100000001B3)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser: spreads token ids so the polynomial hash has no easy collisions."""
+    x = (x + _GOLDEN) * _MIX1
+    x ^= x >> np.uint64(31)
+    x *= _MIX2
+    x ^= x >> np.uint64(29)
+    return x
+
+
+class _Powers:
+    """BASE**k mod 2**64, grown on demand (uint64 arithmetic wraps, which is the modulus)."""
+
+    def __init__(self) -> None:
+        self.table = np.ones(1, dtype=np.uint64)
+
+    def upto(self, size: int) -> np.ndarray:
+        if size > len(self.table):
+            grown = np.full(max(size, 2 * len(self.table)), _BASE, dtype=np.uint64)
+            grown[0] = 1
+            self.table = np.multiply.accumulate(grown)
+        return self.table
+
+
+def _segment_hash(values: np.ndarray, selected: np.ndarray, offsets: np.ndarray, powers: _Powers):
+    """Order-sensitive 64-bit hash of the selected tokens of each row, plus per-row counts."""
+    cumulative = np.zeros(len(selected) + 1, dtype=np.int64)
+    np.cumsum(selected, out=cumulative[1:])
+    starts, ends = cumulative[offsets[:-1]], cumulative[offsets[1:]]
+    counts = ends - starts
+    chosen = values[selected].astype(np.uint64)
+    rank = np.arange(len(chosen), dtype=np.int64) - np.repeat(starts, counts)
+    table = powers.upto(int(counts.max(initial=0)) + 1)
+    contributions = _mix(chosen) * table[rank]
+    running = np.zeros(len(chosen) + 1, dtype=np.uint64)
+    np.cumsum(contributions, out=running[1:])
+    hashes = _mix((running[ends] - running[starts]) ^ (counts.astype(np.uint64) * _MIX2))
+    return hashes, counts, cumulative
+
+
+def _segment_any(flags: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    cumulative = np.zeros(len(flags) + 1, dtype=np.int64)
+    np.cumsum(flags, out=cumulative[1:])
+    return (cumulative[offsets[1:]] - cumulative[offsets[:-1]]) > 0
+
+
+def _to_numpy(array: pa.Array) -> np.ndarray:
+    return array.to_numpy(zero_copy_only=False)
+
+
+def _lengths(column: pa.Array) -> np.ndarray:
+    return _to_numpy(pc.fill_null(pc.list_value_length(column), -1)).astype(np.int64)
+
+
+class _Accumulator:
+    def __init__(self, tokenizer: TokenizerInfo | None, max_context: int | None):
+        self.tokenizer = tokenizer
+        self.max_context = max_context
+        self.powers = _Powers()
+        self.samples = 0
+        self.bad = 0
+        self.errors: list[str] = []
+        self.errors_total = 0
+        self.trainable_counts = np.zeros(1, dtype=np.int64)
+        self.sequence_counts = np.zeros(1, dtype=np.int64)
+        self.ids: list[pa.Array | None] = []
+        self.id_offsets: list[int] = []
+        self.good_index: list[np.ndarray] = []  # global row index of each audited row
+        self.sums: list[np.ndarray] = []
+        self.span_hashes: list[np.ndarray] = []
+        self.prompt_hashes: list[np.ndarray] = []
+        self.representatives: dict[int, list[int]] = {}
+        self.span_lengths: dict[int, int] = {}
+        has_tokenizer = tokenizer is not None
+        header = has_tokenizer and len(tokenizer.assistant_header) > 0
+        self.checks = {
+            "empty_response": Check("empty_response"),
+            "empty_thinking": Check("empty_thinking", checked=has_tokenizer and tokenizer.think_open is not None),
+            "missing_end_of_turn": Check("missing_end_of_turn", checked=has_tokenizer),
+            "truncated": Check("truncated", checked=False),
+            "over_context": Check("over_context", checked=max_context is not None),
+            "scaffolding_masked": Check("scaffolding_masked", checked=has_tokenizer),
+            "prompt_masked": Check("prompt_masked"),
+            "length_mismatch": Check("length_mismatch"),
+            "duplicate_completions": Check("duplicate_completions"),
+            "duplicate_prompts": Check("duplicate_prompts"),
+            "no_thinking": Check("no_thinking", checked=has_tokenizer and tokenizer.think_open is not None),
+            "unclosed_thinking": Check("unclosed_thinking", checked=has_tokenizer and tokenizer.think_open is not None),
+            "trainable_count_mismatch": Check("trainable_count_mismatch"),
+        }
+        if not has_tokenizer:
+            note = "needs --tokenizer"
+            for name in ("empty_thinking", "missing_end_of_turn", "scaffolding_masked", "no_thinking", "unclosed_thinking"):
+                self.checks[name].note = note
+            self.checks["prompt_masked"].note = "without --tokenizer only a masked first token is detected"
+            self.checks["empty_response"].note = "without --tokenizer only samples with no trainable tokens"
+        elif not header:
+            self.checks["prompt_masked"].note = "no assistant header found in the chat template; first token only"
+        if max_context is None:
+            self.checks["over_context"].note = "needs --max-context (or a tokenizer with model_max_length)"
+
+    # -- helpers -------------------------------------------------------------------------------
+    def error(self, message: str) -> None:
+        self.errors_total += 1
+        if len(self.errors) < MAX_ERRORS:
+            self.errors.append(message)
+
+    def _ids(self, batch_ids: pa.Array | None, rows: np.ndarray, global_rows: np.ndarray | int) -> list[str]:
+        """Ids of `rows` (positions in `batch_ids`); `#N` (global row N) when there is no id column."""
+        rows = np.asarray(rows)[:EXAMPLES]
+        if batch_ids is None:
+            if isinstance(global_rows, (int, np.integer)):
+                return [f"#{global_rows + int(r)}" for r in rows]
+            return [f"#{int(global_rows[r])}" for r in rows]
+        return [str(v) for v in batch_ids.take(pa.array(rows, type=pa.int64())).to_pylist()]
+
+    def _add_counts(self, which: str, counts: np.ndarray) -> None:
+        current = getattr(self, which)
+        if len(counts) > len(current):
+            current = np.concatenate([current, np.zeros(len(counts) - len(current), dtype=np.int64)])
+        current[: len(counts)] += counts
+        setattr(self, which, current)
+
+    # -- one batch -----------------------------------------------------------------------------
+    def add_batch(self, file: Path, file_row: int, batch: pa.RecordBatch) -> None:
+        rows = batch.num_rows
+        base = self.samples
+        self.samples += rows
+        names = batch.schema.names
+        batch_ids = batch.column("id").cast(pa.string()) if "id" in names else None
+        self.ids.append(batch_ids)
+        self.id_offsets.append(base)
+
+        input_ids, loss_mask = batch.column("input_ids"), batch.column("loss_mask")
+        id_lengths, mask_lengths = _lengths(input_ids), _lengths(loss_mask)
+        null_rows = (id_lengths < 0) | (mask_lengths < 0)
+        mismatch = ~null_rows & (id_lengths != mask_lengths)
+        good = ~(null_rows | mismatch)
+        if null_rows.any():
+            where = np.flatnonzero(null_rows)
+            self.bad += len(where)
+            for r, sample in zip(where[:3], self._ids(batch_ids, where[:3], base)):
+                self.error(f"{file}: row {file_row + int(r)} (id {sample}): input_ids or loss_mask is null")
+            self.errors_total += max(0, len(where) - 3)
+        if mismatch.any():
+            where = np.flatnonzero(mismatch)
+            self.checks["length_mismatch"].add(len(where), self._ids(batch_ids, where, base))
+            for r, sample in zip(where[:3], self._ids(batch_ids, where[:3], base)):
+                self.error(
+                    f"{file}: row {file_row + int(r)} (id {sample}): "
+                    f"input_ids has {id_lengths[r]} tokens but loss_mask has {mask_lengths[r]}"
+                )
+            self.errors_total += max(0, len(where) - 3)
+        if not good.all():
+            keep = pa.array(good)
+            input_ids, loss_mask = pc.filter(input_ids, keep), pc.filter(loss_mask, keep)
+            batch = batch.filter(keep)
+            batch_ids = batch_ids.filter(keep) if batch_ids is not None else None
+        good_rows = np.flatnonzero(good)  # position in the original batch
+        lengths = id_lengths[good]
+
+        values = _to_numpy(pc.list_flatten(input_ids)).astype(np.int64, copy=False)
+        raw_mask = _to_numpy(pc.list_flatten(loss_mask))
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+
+        # Rows whose values cannot be trusted are unreadable: mask values other than 0/1, token ids
+        # outside the tokenizer's vocabulary.
+        invalid = np.zeros(len(raw_mask), dtype=bool)
+        if raw_mask.dtype != np.bool_:
+            invalid |= (raw_mask != 0) & (raw_mask != 1)
+        if self.tokenizer is not None:
+            invalid |= (values < 0) | (values >= self.tokenizer.vocab_size)
+        else:
+            invalid |= values < 0
+        if invalid.any():
+            bad_rows = _segment_any(invalid, offsets)
+            where = np.flatnonzero(bad_rows)
+            self.bad += len(where)
+            for r, sample in zip(where[:3], self._ids(batch_ids, where[:3], base + good_rows)):
+                self.error(
+                    f"{file}: row {file_row + int(good_rows[r])} (id {sample}): "
+                    "loss_mask values other than 0/1 or token ids out of range"
+                )
+            self.errors_total += max(0, len(where) - 3)
+            keep_rows = ~bad_rows
+            token_keep = np.repeat(keep_rows, lengths)
+            values, raw_mask = values[token_keep], raw_mask[token_keep]
+            lengths = lengths[keep_rows]
+            good_rows = good_rows[keep_rows]
+            batch = batch.filter(pa.array(keep_rows))
+            batch_ids = batch_ids.filter(pa.array(keep_rows)) if batch_ids is not None else None
+            offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+            np.cumsum(lengths, out=offsets[1:])
+        self._audit_rows(batch, batch_ids, base, good_rows, values, raw_mask != 0, lengths, offsets)
+
+    def _audit_rows(self, batch, batch_ids, base, good_rows, values, mask, lengths, offsets) -> None:
+        n = len(lengths)
+        if n == 0:
+            return
+        names = batch.schema.names
+        global_rows = base + good_rows
+        examples = lambda flags: self._ids(batch_ids, np.flatnonzero(flags), global_rows)  # noqa: E731
+
+        span_hashes, sums, mask_cumulative = _segment_hash(values, mask, offsets, self.powers)
+        prompt_hashes, _, _ = _segment_hash(values, ~mask, offsets, self.powers)
+        self._add_counts("trainable_counts", np.bincount(sums))
+        self._add_counts("sequence_counts", np.bincount(lengths))
+        self.good_index.append(global_rows)
+        self.sums.append(sums.astype(np.int32))
+        self.span_hashes.append(span_hashes)
+        self.prompt_hashes.append(prompt_hashes)
+        self._keep_representatives(span_hashes, sums, values, mask, offsets)
+
+        if "num_trainable" in names or "num_tokens" in names:
+            disagree = np.zeros(n, dtype=bool)
+            for column, actual in (("num_trainable", sums), ("num_tokens", lengths)):
+                if column in names:
+                    stated = _to_numpy(pc.fill_null(batch.column(column), -1)).astype(np.int64)
+                    disagree |= stated != actual
+            self.checks["trainable_count_mismatch"].add(int(disagree.sum()), examples(disagree))
+        if "finish_reason" in names:
+            self.checks["truncated"].checked = True
+            truncated = _to_numpy(pc.fill_null(pc.equal(batch.column("finish_reason"), "length"), False))
+            self.checks["truncated"].add(int(truncated.sum()), examples(truncated))
+        if self.max_context is not None:
+            over = lengths > self.max_context
+            self.checks["over_context"].add(int(over.sum()), examples(over))
+
+        row_starts = offsets[:-1]
+        nonempty_rows = lengths > 0
+        first_masked = np.zeros(n, dtype=bool)
+        first_masked[nonempty_rows] = mask[row_starts[nonempty_rows]]
+
+        info = self.tokenizer
+        if info is None:
+            empty = sums == 0
+            self.checks["empty_response"].add(int(empty.sum()), examples(empty))
+            self.checks["prompt_masked"].add(int(first_masked.sum()), examples(first_masked))
+            return
+
+        # Content-bearing trainable tokens: not whitespace, not special, not think delimiters.
+        contentful = ~info.trivial[values]
+        content_cumulative = np.zeros(len(values) + 1, dtype=np.int64)
+        np.cumsum(contentful & mask, out=content_cumulative[1:])
+        empty = (content_cumulative[offsets[1:]] - content_cumulative[offsets[:-1]]) == 0
+        self.checks["empty_response"].add(int(empty.sum()), examples(empty))
+
+        # The last trainable token must end the turn, or the drafter never learns to stop.
+        has_trainable = sums > 0
+        masked_positions = np.flatnonzero(mask)
+        last_masked = masked_positions[mask_cumulative[offsets[1:]][has_trainable] - 1]
+        missing = np.zeros(n, dtype=bool)
+        missing[has_trainable] = ~np.isin(values[last_masked], info.end_of_turn_ids)
+        self.checks["missing_end_of_turn"].add(int(missing.sum()), examples(missing))
+
+        row_of_token = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        header = info.assistant_header
+        header_cover = np.zeros(len(values), dtype=bool)
+        header_starts = np.zeros(0, dtype=np.int64)
+        if len(header) and len(values) >= len(header):
+            span = len(values) - len(header) + 1
+            match = values[:span] == header[0]
+            for offset_in_header in range(1, len(header)):
+                match &= values[offset_in_header : span + offset_in_header] == header[offset_in_header]
+            header_starts = np.flatnonzero(match)
+            same_row = row_of_token[header_starts] == row_of_token[header_starts + len(header) - 1]
+            header_starts = header_starts[same_row]
+            for offset_in_header in range(len(header)):
+                header_cover[header_starts + offset_in_header] = True
+        scaffolding = mask & (header_cover | info.scaffolding[values])
+        scaffolding_rows = _segment_any(scaffolding, offsets)
+        self.checks["scaffolding_masked"].add(int(scaffolding_rows.sum()), examples(scaffolding_rows))
+
+        if len(header_starts):
+            # Inside an assistant turn = after an assistant header, up to and including the next
+            # end-of-turn token. Trainable tokens elsewhere belong to the prompt.
+            event = np.zeros(len(values), dtype=np.int8)
+            ends = np.flatnonzero(np.isin(values, info.end_of_turn_ids)) + 1
+            event[ends[ends < len(values)]] = 2
+            content_starts = header_starts + len(header)
+            event[content_starts[content_starts < len(values)]] = 1
+            event[row_starts[nonempty_rows]] = 2
+            positions = np.where(event > 0, np.arange(len(values)), 0)
+            np.maximum.accumulate(positions, out=positions)
+            inside = event[positions] == 1
+            rows_with_header = np.zeros(n, dtype=bool)
+            rows_with_header[row_of_token[header_starts]] = True
+            outside = mask & ~inside & ~header_cover
+            prompt_rows = (_segment_any(outside, offsets) & rows_with_header) | first_masked
+        else:
+            prompt_rows = first_masked
+        self.checks["prompt_masked"].add(int(prompt_rows.sum()), examples(prompt_rows))
+
+        if info.think_open is not None:
+            self._thinking(values, offsets, row_of_token, contentful, n, examples)
+
+    def _thinking(self, values, offsets, row_of_token, contentful, n, examples) -> None:
+        info = self.tokenizer
+        opens = np.flatnonzero(values == info.think_open)
+        has_open = np.zeros(n, dtype=bool)
+        has_open[row_of_token[opens]] = True
+        no_thinking = ~has_open
+        self.checks["no_thinking"].add(int(no_thinking.sum()), examples(no_thinking))
+        if not len(opens):
+            return
+        open_rows = row_of_token[opens]
+        # The template keeps thinking only on the final assistant turn: audit each row's last block.
+        last = np.r_[open_rows[1:] != open_rows[:-1], True]
+        last_opens, last_rows = opens[last], open_rows[last]
+        closes = (
+            np.flatnonzero(values == info.think_close) if info.think_close is not None else np.zeros(0, np.int64)
+        )
+        index = np.searchsorted(closes, last_opens)
+        found = index < len(closes)
+        close_at = np.where(found, closes[np.minimum(index, max(len(closes) - 1, 0))] if len(closes) else 0, 0)
+        closed = found & (row_of_token[close_at] == last_rows) if len(closes) else np.zeros(len(last_opens), bool)
+        content_cumulative = np.zeros(len(values) + 1, dtype=np.int64)
+        np.cumsum(contentful, out=content_cumulative[1:])
+        inner = content_cumulative[close_at] - content_cumulative[last_opens + 1]
+        empty_rows = np.zeros(n, dtype=bool)
+        empty_rows[last_rows[closed & (inner <= 0)]] = True
+        unclosed_rows = np.zeros(n, dtype=bool)
+        unclosed_rows[last_rows[~closed]] = True
+        self.checks["empty_thinking"].add(int(empty_rows.sum()), examples(empty_rows))
+        self.checks["unclosed_thinking"].add(int(unclosed_rows.sum()), examples(unclosed_rows))
+
+    def _keep_representatives(self, hashes, sums, values, mask, offsets) -> None:
+        nonempty = np.flatnonzero(sums > 0)
+        if not len(nonempty) or len(self.representatives) >= MAX_REPRESENTATIVES:
+            return
+        unique, first, counts = np.unique(hashes[nonempty], return_index=True, return_counts=True)
+        for pick in np.argsort(-counts, kind="stable")[:TOP_PER_BATCH]:
+            key = int(unique[pick])
+            if key in self.representatives:
+                continue
+            row = nonempty[first[pick]]
+            start, end = offsets[row], offsets[row + 1]
+            tokens = values[start:end][mask[start:end]]
+            self.representatives[key] = tokens[:STORED_SPAN_TOKENS].tolist()
+            self.span_lengths[key] = len(tokens)
+
+    # -- whole dataset -------------------------------------------------------------------------
+    def ids_of(self, global_rows: np.ndarray) -> list[str]:
+        out = []
+        for row in global_rows[:EXAMPLES]:
+            chunk = int(np.searchsorted(self.id_offsets, row, side="right") - 1)
+            local = int(row - self.id_offsets[chunk])
+            ids = self.ids[chunk]
+            out.append(f"#{row}" if ids is None else str(ids[local].as_py()))
+        return out
+
+    def finish(self, paths, thresholds: Thresholds, settings: dict[str, Any]) -> AuditReport:
+        concat = lambda parts, dtype: np.concatenate(parts) if parts else np.zeros(0, dtype)  # noqa: E731
+        rows = concat(self.good_index, np.int64)
+        sums = concat(self.sums, np.int32)
+        spans = concat(self.span_hashes, np.uint64)
+        prompts = concat(self.prompt_hashes, np.uint64)
+
+        mask_sum = Dominant()
+        if len(sums):
+            top_values = np.argsort(-self.trainable_counts, kind="stable")[:5]
+            mask_sum.value = int(top_values[0])
+            mask_sum.count = int(self.trainable_counts[top_values[0]])
+            mask_sum.example_ids = self.ids_of(rows[sums == mask_sum.value])
+            mask_sum.top = [
+                {"value": int(v), "count": int(self.trainable_counts[v])}
+                for v in top_values
+                if self.trainable_counts[v] > 0
+            ]
+
+        span = Dominant()
+        nonempty = sums > 0
+        duplicate_completions = self.checks["duplicate_completions"]
+        if nonempty.any():
+            unique, first, counts = np.unique(spans[nonempty], return_index=True, return_counts=True)
+            order = np.argsort(-counts, kind="stable")[:5]
+            nonempty_rows = rows[nonempty]
+            for rank, pick in enumerate(order):
+                key = int(unique[pick])
+                tokens = self.representatives.get(key)
+                entry = {
+                    "count": int(counts[pick]),
+                    "num_tokens": self.span_lengths.get(key, int(sums[nonempty][first[pick]])),
+                    "example_ids": self.ids_of(nonempty_rows[spans[nonempty] == unique[pick]]),
+                }
+                if tokens is not None:
+                    entry["token_ids"] = tokens[:64]
+                    if self.tokenizer is not None:
+                        entry["text"] = self.tokenizer.decode(tokens)
+                span.top.append(entry)
+                if rank == 0:
+                    span.count = entry["count"]
+                    span.num_tokens = entry["num_tokens"]
+                    span.text = entry.get("text")
+                    span.token_ids = entry.get("token_ids")
+                    span.example_ids = entry["example_ids"]
+            duplicate = np.ones(int(nonempty.sum()), dtype=bool)
+            duplicate[first] = False
+            duplicate_completions.add(int(duplicate.sum()), self.ids_of(nonempty_rows[duplicate]))
+        if len(prompts):
+            _, first = np.unique(prompts, return_index=True)
+            duplicate = np.ones(len(prompts), dtype=bool)
+            duplicate[first] = False
+            self.checks["duplicate_prompts"].add(int(duplicate.sum()), self.ids_of(rows[duplicate]))
+
+        return AuditReport(
+            input_kind="tokenized",
+            paths=[str(p) for p in paths],
+            samples=self.samples,
+            bad_samples=self.bad,
+            length_unit="tokens",
+            trainable_counts=self.trainable_counts,
+            sequence_counts=self.sequence_counts,
+            dominant_mask_sum=mask_sum,
+            dominant_span=span,
+            checks=self.checks,
+            errors=self.errors,
+            errors_total=self.errors_total,
+            thresholds=thresholds,
+            settings=settings,
+        )
+
+
+def _total_rows(paths) -> int | None:
+    import pyarrow.parquet as pq
+
+    total = 0
+    for path in paths:
+        for file in data_files(path):
+            if file.suffix.lower() != ".parquet":
+                return None
+            total += pq.ParquetFile(file).metadata.num_rows
+    return total
+
+
+def audit_tokenized(
+    path: str | Path | list[str | Path],
+    tokenizer: Any = None,
+    thresholds: Thresholds | dict | None = None,
+    *,
+    max_context: int | None = None,
+    batch_size: int = 16384,
+    progress: Callable[[int, int | None], None] | None = None,
+) -> AuditReport:
+    """Audit tokenized data (Parquet shards/file, Arrow files, `datasets.save_to_disk` dir).
+
+    `tokenizer` (an object or a path) enables the checks that need token meaning: end-of-turn,
+    role-header and prompt masking, empty thinking, decoded dominant spans. `max_context`
+    defaults to the tokenizer's `model_max_length` when it has a real one.
+    `progress(rows_done, rows_total_or_None)` is called after each batch.
+    """
+    paths = list(path) if isinstance(path, (list, tuple)) else [path]
+    limits = coerce_thresholds(thresholds)
+    info = load_tokenizer(tokenizer) if tokenizer is not None else None
+    if max_context is None and info is not None:
+        max_context = info.model_max_length
+    accumulator = _Accumulator(info, max_context)
+    total = _total_rows(paths) if progress else None
+    for item in paths:
+        current_file, file_row = None, 0
+        for file, batch in iter_tokenized_batches(item, batch_size=batch_size):
+            if file != current_file:
+                current_file, file_row = file, 0
+            accumulator.add_batch(file, file_row, batch)
+            file_row += batch.num_rows
+            if progress:
+                progress(accumulator.samples, total)
+    settings = {"tokenizer": info.name if info else None, "max_context": max_context}
+    return accumulator.finish(paths, limits, settings)
