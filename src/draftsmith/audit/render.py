@@ -97,6 +97,8 @@ def render_report(report: AuditReport, console) -> None:
         gates.add_column(column)
     for gate in report.gates:
         check = report.checks.get(gate.name)
+        if check is None and gate.message.endswith("not applicable"):
+            continue  # e.g. loss-mask checks for conversations
         count = check.count if check else None
         if gate.name == "bad_samples":
             count = report.bad_samples
