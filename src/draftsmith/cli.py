@@ -41,7 +41,8 @@ _register_audit(app)
 def main(argv: list[str] | None = None) -> int:
     """Entry point for the console script; returns the process exit code."""
     try:
-        app(args=argv, standalone_mode=False)
+        # In non-standalone mode click returns (not raises) the code of a `typer.Exit(code)`.
+        result = app(args=argv, standalone_mode=False)
     except DraftsmithError as error:
         typer.echo(f"draftsmith: error: {error}", err=True)
         return error.exit_code
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             error.show()
             return error.exit_code
         raise
-    return 0
+    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":

@@ -132,8 +132,9 @@ def render_report(report: AuditReport, console) -> None:
         for line in report.errors[:10]:
             console.print(Text("  " + line, style="yellow"))
     for line in _explain(report):
-        console.print(Text(line, style="bold"))
-    console.print(Text(report.verdict, style="bold green" if report.passed else "bold red"))
+        console.print(Text(line, style="bold"), soft_wrap=True)
+    # One unwrapped line, last, so logs and pipelines can grep it.
+    console.print(Text(report.verdict, style="bold green" if report.passed else "bold red"), soft_wrap=True)
 
 
 __all__ = ["render_report", "CHECK_DESCRIPTIONS"]
