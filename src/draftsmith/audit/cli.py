@@ -59,9 +59,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(report.verdict, err=True)
         else:
             console = Console(width=max(Console().width, 120)) if not sys.stdout.isatty() else Console()
-            report.render(console)
             if plot is not None:
-                console.print(f"histogram written to {plot}")
+                typer.echo(f"histogram written to {plot}", err=True)
+            report.render(console)
         if not report.passed:
             raise typer.Exit(1)
 

@@ -29,14 +29,16 @@ def plot_histogram(report: AuditReport, out: str | Path, bins: int = 60) -> Path
         dominant = report.dominant_mask_sum
         if dominant.value is not None and dominant.count:
             share = dominant.count / max(report.samples, 1)
-            axis.axvline(dominant.value + 0.5 * min(width, 1), color="#c44e52", linestyle="--", linewidth=1)
+            failed = any(gate.name == "dominant_mask_sum" for gate in report.failed_gates)
+            colour = "#c44e52" if failed else "#555555"
+            axis.axvline(dominant.value + 0.5 * min(width, 1), color=colour, linestyle="--", linewidth=1)
             axis.annotate(
                 f"{share * 100:.1f}% at exactly {dominant.value}",
                 xy=(dominant.value, binned.max()),
                 xytext=(0.55, 0.9),
                 textcoords="axes fraction",
-                color="#c44e52",
-                arrowprops={"arrowstyle": "->", "color": "#c44e52"},
+                color=colour,
+                arrowprops={"arrowstyle": "->", "color": colour},
             )
     else:
         axis.text(0.5, 0.5, "no readable samples", ha="center", va="center", transform=axis.transAxes)

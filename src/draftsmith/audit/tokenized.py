@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from draftsmith.audit.readers import data_files, iter_tokenized_batches
 from draftsmith.audit.report import EXAMPLES, AuditReport, Check, Dominant
 from draftsmith.audit.thresholds import Thresholds, coerce_thresholds
+from draftsmith.errors import InputError
 from draftsmith.audit.tokens import TokenizerInfo, load_tokenizer
 
 MAX_ERRORS = 50
@@ -31,52 +32,98 @@ STORED_SPAN_TOKENS = 512
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
-_BASE = np.uint64(0x100000001B3)
+_BASE = 0x100000001B3  # odd, hence invertible modulo 2**64
+_BASE_INVERSE = pow(_BASE, -1, 2**64)
+_MIXED_TABLE_LIMIT = 1 << 22  # larger token ids are mixed directly instead of via the table
+
+# Token classes, one uint8 lookup per token instead of one pass per question.
+END_OF_TURN, TRIVIAL, SCAFFOLDING, THINK_OPEN, THINK_CLOSE, HEADER_START = 1, 2, 4, 8, 16, 32
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
     """splitmix64 finaliser: spreads token ids so the polynomial hash has no easy collisions."""
-    x = (x + _GOLDEN) * _MIX1
+    x = (x.astype(np.uint64) + _GOLDEN) * _MIX1
     x ^= x >> np.uint64(31)
     x *= _MIX2
     x ^= x >> np.uint64(29)
     return x
 
 
-class _Powers:
-    """BASE**k mod 2**64, grown on demand (uint64 arithmetic wraps, which is the modulus)."""
+def _powers(base: int, size: int) -> np.ndarray:
+    """base**k mod 2**64 for k < size: an outer product of two short tables (uint64 wraps)."""
+    block = 1024
+
+    def accumulate(step: int, count: int) -> np.ndarray:
+        table = np.full(count, np.uint64(step), dtype=np.uint64)
+        table[0] = 1
+        return np.multiply.accumulate(table)
+
+    low = accumulate(base, block)
+    high = accumulate(pow(base, block, 2**64), -(-size // block))
+    return np.multiply.outer(high, low).ravel()[:size]
+
+
+class _RowHasher:
+    """Order-sensitive 64-bit polynomial hash of selected tokens per row, with no per-token rank.
+
+    Token j of the batch's selected tokens contributes mix(id) * B**j; a row's hash is its slice
+    sum times B**-start, which equals sum(mix(id) * B**rank_in_row). One gather, one multiply and
+    one cumulative sum per token.
+    """
 
     def __init__(self) -> None:
-        self.table = np.ones(1, dtype=np.uint64)
+        self.mixed = _mix(np.arange(1 << 16, dtype=np.uint64))
+        self.power = _powers(_BASE, 1 << 16)
+        self.inverse = _powers(_BASE_INVERSE, 1 << 16)
 
-    def upto(self, size: int) -> np.ndarray:
-        if size > len(self.table):
-            grown = np.full(max(size, 2 * len(self.table)), _BASE, dtype=np.uint64)
-            grown[0] = 1
-            self.table = np.multiply.accumulate(grown)
-        return self.table
+    def _mixed(self, chosen: np.ndarray, top: int) -> np.ndarray:
+        if top >= len(self.mixed) and top < _MIXED_TABLE_LIMIT:
+            self.mixed = _mix(np.arange(min(2 * (top + 1), _MIXED_TABLE_LIMIT), dtype=np.uint64))
+        if top < len(self.mixed):
+            return self.mixed[chosen]
+        return _mix(chosen)
+
+    def rows(self, chosen: np.ndarray, starts: np.ndarray, ends: np.ndarray, top: int) -> np.ndarray:
+        size = len(chosen) + 1
+        if size > len(self.power):
+            self.power = _powers(_BASE, 2 * size)
+            self.inverse = _powers(_BASE_INVERSE, 2 * size)
+        contributions = self._mixed(chosen, top)
+        contributions *= self.power[: len(chosen)]
+        running = np.zeros(size, dtype=np.uint64)
+        np.cumsum(contributions, out=running[1:])
+        hashes = (running[ends] - running[starts]) * self.inverse[starts]
+        counts = (ends - starts).astype(np.uint64)
+        return _mix(hashes ^ (counts * _MIX2))
 
 
-def _segment_hash(values: np.ndarray, selected: np.ndarray, offsets: np.ndarray, powers: _Powers):
-    """Order-sensitive 64-bit hash of the selected tokens of each row, plus per-row counts."""
-    cumulative = np.zeros(len(selected) + 1, dtype=np.int64)
-    np.cumsum(selected, out=cumulative[1:])
-    starts, ends = cumulative[offsets[:-1]], cumulative[offsets[1:]]
-    counts = ends - starts
-    chosen = values[selected].astype(np.uint64)
-    rank = np.arange(len(chosen), dtype=np.int64) - np.repeat(starts, counts)
-    table = powers.upto(int(counts.max(initial=0)) + 1)
-    contributions = _mix(chosen) * table[rank]
-    running = np.zeros(len(chosen) + 1, dtype=np.uint64)
-    np.cumsum(contributions, out=running[1:])
-    hashes = _mix((running[ends] - running[starts]) ^ (counts.astype(np.uint64) * _MIX2))
-    return hashes, counts, cumulative
+def _prefix_count(flags: np.ndarray) -> np.ndarray:
+    """[0, running count of True]: segment counts are differences at the row offsets.
 
-
-def _segment_any(flags: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    The int64 cast first matters: numpy's cumsum from bool is ~10x slower than from int64.
+    """
     cumulative = np.zeros(len(flags) + 1, dtype=np.int64)
-    np.cumsum(flags, out=cumulative[1:])
-    return (cumulative[offsets[1:]] - cumulative[offsets[:-1]]) > 0
+    np.cumsum(flags.astype(np.int64), out=cumulative[1:])
+    return cumulative
+
+
+def _rows_of(positions: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Row index of each (sorted or not) flat token position."""
+    return np.searchsorted(offsets, positions, side="right") - 1
+
+
+def token_classes(info: TokenizerInfo) -> np.ndarray:
+    classes = np.zeros(info.vocab_size, dtype=np.uint8)
+    classes[info.end_of_turn_ids[info.end_of_turn_ids < info.vocab_size]] |= END_OF_TURN
+    classes[info.trivial] |= TRIVIAL
+    classes[info.scaffolding] |= SCAFFOLDING
+    if info.think_open is not None:
+        classes[info.think_open] |= THINK_OPEN
+    if info.think_close is not None:
+        classes[info.think_close] |= THINK_CLOSE
+    if len(info.assistant_header):
+        classes[int(info.assistant_header[0])] |= HEADER_START
+    return classes
 
 
 def _to_numpy(array: pa.Array) -> np.ndarray:
@@ -91,7 +138,8 @@ class _Accumulator:
     def __init__(self, tokenizer: TokenizerInfo | None, max_context: int | None):
         self.tokenizer = tokenizer
         self.max_context = max_context
-        self.powers = _Powers()
+        self.hasher = _RowHasher()
+        self.classes = token_classes(tokenizer) if tokenizer is not None else None
         self.samples = 0
         self.bad = 0
         self.errors: list[str] = []
@@ -194,22 +242,30 @@ class _Accumulator:
         good_rows = np.flatnonzero(good)  # position in the original batch
         lengths = id_lengths[good]
 
-        values = _to_numpy(pc.list_flatten(input_ids)).astype(np.int64, copy=False)
+        values = _to_numpy(pc.list_flatten(input_ids))
         raw_mask = _to_numpy(pc.list_flatten(loss_mask))
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
+        if not np.issubdtype(values.dtype, np.integer):
+            raise InputError(f"{file}: input_ids must hold integers, not {values.dtype}")
 
         # Rows whose values cannot be trusted are unreadable: mask values other than 0/1, token ids
-        # outside the tokenizer's vocabulary.
-        invalid = np.zeros(len(raw_mask), dtype=bool)
-        if raw_mask.dtype != np.bool_:
-            invalid |= (raw_mask != 0) & (raw_mask != 1)
-        if self.tokenizer is not None:
-            invalid |= (values < 0) | (values >= self.tokenizer.vocab_size)
+        # outside the vocabulary. Cheap reductions first; per-token flags only when something is off.
+        top = int(values.max()) if len(values) else 0
+        bottom = int(values.min()) if len(values) else 0
+        vocab = self.tokenizer.vocab_size if self.tokenizer is not None else None
+        if raw_mask.dtype == np.bool_:
+            mask_ok = True
+        elif raw_mask.dtype.itemsize == 1:
+            mask_ok = not len(raw_mask) or int(raw_mask.view(np.uint8).max()) <= 1
         else:
-            invalid |= values < 0
-        if invalid.any():
-            bad_rows = _segment_any(invalid, offsets)
+            mask_ok = not len(raw_mask) or (int(raw_mask.max()) <= 1 and int(raw_mask.min()) >= 0)
+        if not mask_ok or bottom < 0 or (vocab is not None and top >= vocab):
+            invalid = (values < 0) if vocab is None else ((values < 0) | (values >= vocab))
+            if raw_mask.dtype != np.bool_:
+                invalid |= (raw_mask != 0) & (raw_mask != 1)
+            bad_rows = _prefix_count(invalid)
+            bad_rows = (bad_rows[offsets[1:]] - bad_rows[offsets[:-1]]) > 0
             where = np.flatnonzero(bad_rows)
             self.bad += len(where)
             for r, sample in zip(where[:3], self._ids(batch_ids, where[:3], base + good_rows)):
@@ -227,9 +283,16 @@ class _Accumulator:
             batch_ids = batch_ids.filter(pa.array(keep_rows)) if batch_ids is not None else None
             offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
             np.cumsum(lengths, out=offsets[1:])
-        self._audit_rows(batch, batch_ids, base, good_rows, values, raw_mask != 0, lengths, offsets)
+            top = int(values.max()) if len(values) else 0
+        if raw_mask.dtype == np.bool_:
+            mask = raw_mask
+        elif raw_mask.dtype.itemsize == 1:
+            mask = raw_mask.view(np.bool_)  # validated 0/1 above: a free reinterpretation
+        else:
+            mask = raw_mask != 0
+        self._audit_rows(batch, batch_ids, base, good_rows, values, mask, lengths, offsets, top)
 
-    def _audit_rows(self, batch, batch_ids, base, good_rows, values, mask, lengths, offsets) -> None:
+    def _audit_rows(self, batch, batch_ids, base, good_rows, values, mask, lengths, offsets, top) -> None:
         n = len(lengths)
         if n == 0:
             return
@@ -237,15 +300,22 @@ class _Accumulator:
         global_rows = base + good_rows
         examples = lambda flags: self._ids(batch_ids, np.flatnonzero(flags), global_rows)  # noqa: E731
 
-        span_hashes, sums, mask_cumulative = _segment_hash(values, mask, offsets, self.powers)
-        prompt_hashes, _, _ = _segment_hash(values, ~mask, offsets, self.powers)
+        cumulative_mask = _prefix_count(mask)
+        trained_start, trained_end = cumulative_mask[offsets[:-1]], cumulative_mask[offsets[1:]]
+        sums = trained_end - trained_start
+        trained = values[mask]
+        span_hashes = self.hasher.rows(trained, trained_start, trained_end, top)
+        # Untrained tokens: their running index is position minus trained tokens before it.
+        prompt_hashes = self.hasher.rows(
+            values[~mask], offsets[:-1] - trained_start, offsets[1:] - trained_end, top
+        )
         self._add_counts("trainable_counts", np.bincount(sums))
         self._add_counts("sequence_counts", np.bincount(lengths))
         self.good_index.append(global_rows)
         self.sums.append(sums.astype(np.int32))
         self.span_hashes.append(span_hashes)
         self.prompt_hashes.append(prompt_hashes)
-        self._keep_representatives(span_hashes, sums, values, mask, offsets)
+        self._keep_representatives(span_hashes, sums, trained, trained_start)
 
         if "num_trainable" in names or "num_tokens" in names:
             disagree = np.zeros(n, dtype=bool)
@@ -262,10 +332,9 @@ class _Accumulator:
             over = lengths > self.max_context
             self.checks["over_context"].add(int(over.sum()), examples(over))
 
-        row_starts = offsets[:-1]
         nonempty_rows = lengths > 0
         first_masked = np.zeros(n, dtype=bool)
-        first_masked[nonempty_rows] = mask[row_starts[nonempty_rows]]
+        first_masked[nonempty_rows] = mask[offsets[:-1][nonempty_rows]]
 
         info = self.tokenizer
         if info is None:
@@ -274,93 +343,99 @@ class _Accumulator:
             self.checks["prompt_masked"].add(int(first_masked.sum()), examples(first_masked))
             return
 
-        # Content-bearing trainable tokens: not whitespace, not special, not think delimiters.
-        contentful = ~info.trivial[values]
-        content_cumulative = np.zeros(len(values) + 1, dtype=np.int64)
-        np.cumsum(contentful & mask, out=content_cumulative[1:])
-        empty = (content_cumulative[offsets[1:]] - content_cumulative[offsets[:-1]]) == 0
+        classes = self.classes[values]
+        trained_classes = classes * mask.view(np.uint8)
+        per_row = lambda positions: np.bincount(_rows_of(positions, offsets), minlength=n)  # noqa: E731
+
+        # Empty response: every trained token is whitespace, special or a think delimiter.
+        trained_trivial = per_row(np.flatnonzero(trained_classes & TRIVIAL))
+        empty = trained_trivial == sums
         self.checks["empty_response"].add(int(empty.sum()), examples(empty))
 
-        # The last trainable token must end the turn, or the drafter never learns to stop.
-        has_trainable = sums > 0
-        masked_positions = np.flatnonzero(mask)
-        last_masked = masked_positions[mask_cumulative[offsets[1:]][has_trainable] - 1]
+        # The last trained token must end the turn, or the drafter never learns to stop.
+        has_trained = sums > 0
         missing = np.zeros(n, dtype=bool)
-        missing[has_trainable] = ~np.isin(values[last_masked], info.end_of_turn_ids)
+        last_trained = trained[trained_end[has_trained] - 1]
+        missing[has_trained] = (self.classes[last_trained] & END_OF_TURN) == 0
         self.checks["missing_end_of_turn"].add(int(missing.sum()), examples(missing))
 
-        row_of_token = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        # Role headers: occurrences of the full assistant header, found from its first token.
         header = info.assistant_header
-        header_cover = np.zeros(len(values), dtype=bool)
         header_starts = np.zeros(0, dtype=np.int64)
-        if len(header) and len(values) >= len(header):
-            span = len(values) - len(header) + 1
-            match = values[:span] == header[0]
-            for offset_in_header in range(1, len(header)):
-                match &= values[offset_in_header : span + offset_in_header] == header[offset_in_header]
-            header_starts = np.flatnonzero(match)
-            same_row = row_of_token[header_starts] == row_of_token[header_starts + len(header) - 1]
-            header_starts = header_starts[same_row]
-            for offset_in_header in range(len(header)):
-                header_cover[header_starts + offset_in_header] = True
-        scaffolding = mask & (header_cover | info.scaffolding[values])
-        scaffolding_rows = _segment_any(scaffolding, offsets)
+        if len(header):
+            candidates = np.flatnonzero(classes & HEADER_START)
+            row_ends = offsets[_rows_of(candidates, offsets) + 1]
+            matched = candidates + len(header) <= row_ends
+            for index in range(1, len(header)):
+                at = np.minimum(candidates + index, len(values) - 1)
+                matched &= values[at] == header[index]
+            header_starts = candidates[matched]
+        header_rows = _rows_of(header_starts, offsets)
+        header_trained = np.zeros(len(header_starts), dtype=np.int64)
+        for index in range(len(header)):
+            header_trained += mask[header_starts + index]
+        scaffolding_rows = per_row(np.flatnonzero(trained_classes & SCAFFOLDING)) > 0
+        scaffolding_rows[header_rows[header_trained > 0]] = True
         self.checks["scaffolding_masked"].add(int(scaffolding_rows.sum()), examples(scaffolding_rows))
 
+        # Prompt tokens trained on: trained tokens outside every assistant turn (header end up to
+        # and including the next end-of-turn) in rows that have an assistant header.
+        prompt_rows = first_masked.copy()
         if len(header_starts):
-            # Inside an assistant turn = after an assistant header, up to and including the next
-            # end-of-turn token. Trainable tokens elsewhere belong to the prompt.
-            event = np.zeros(len(values), dtype=np.int8)
-            ends = np.flatnonzero(np.isin(values, info.end_of_turn_ids)) + 1
-            event[ends[ends < len(values)]] = 2
-            content_starts = header_starts + len(header)
-            event[content_starts[content_starts < len(values)]] = 1
-            event[row_starts[nonempty_rows]] = 2
-            positions = np.where(event > 0, np.arange(len(values)), 0)
-            np.maximum.accumulate(positions, out=positions)
-            inside = event[positions] == 1
-            rows_with_header = np.zeros(n, dtype=bool)
-            rows_with_header[row_of_token[header_starts]] = True
-            outside = mask & ~inside & ~header_cover
-            prompt_rows = (_segment_any(outside, offsets) & rows_with_header) | first_masked
-        else:
-            prompt_rows = first_masked
+            turn_starts = header_starts + len(header)
+            row_ends = offsets[header_rows + 1]
+            ends_of_turn = np.flatnonzero(classes & END_OF_TURN)
+            next_end = np.searchsorted(ends_of_turn, turn_starts)
+            turn_ends = np.where(  # exclusive
+                next_end < len(ends_of_turn),
+                ends_of_turn[np.minimum(next_end, max(len(ends_of_turn) - 1, 0))] + 1 if len(ends_of_turn) else 0,
+                row_ends,
+            )
+            next_header = np.r_[header_starts[1:], np.iinfo(np.int64).max]
+            turn_ends = np.minimum(np.minimum(turn_ends, row_ends), next_header)
+            turn_ends = np.maximum(turn_ends, turn_starts)
+            inside = cumulative_mask[turn_ends] - cumulative_mask[turn_starts]
+            inside_per_row = np.bincount(header_rows, weights=inside + header_trained, minlength=n)
+            has_header = np.zeros(n, dtype=bool)
+            has_header[header_rows] = True
+            prompt_rows |= has_header & (sums - inside_per_row.astype(np.int64) > 0)
         self.checks["prompt_masked"].add(int(prompt_rows.sum()), examples(prompt_rows))
 
         if info.think_open is not None:
-            self._thinking(values, offsets, row_of_token, contentful, n, examples)
+            self._thinking(classes, offsets, n, examples)
 
-    def _thinking(self, values, offsets, row_of_token, contentful, n, examples) -> None:
-        info = self.tokenizer
-        opens = np.flatnonzero(values == info.think_open)
+    def _thinking(self, classes, offsets, n, examples) -> None:
+        opens = np.flatnonzero(classes & THINK_OPEN)
+        open_rows = _rows_of(opens, offsets)
         has_open = np.zeros(n, dtype=bool)
-        has_open[row_of_token[opens]] = True
+        has_open[open_rows] = True
         no_thinking = ~has_open
         self.checks["no_thinking"].add(int(no_thinking.sum()), examples(no_thinking))
         if not len(opens):
             return
-        open_rows = row_of_token[opens]
         # The template keeps thinking only on the final assistant turn: audit each row's last block.
         last = np.r_[open_rows[1:] != open_rows[:-1], True]
         last_opens, last_rows = opens[last], open_rows[last]
-        closes = (
-            np.flatnonzero(values == info.think_close) if info.think_close is not None else np.zeros(0, np.int64)
-        )
+        closes = np.flatnonzero(classes & THINK_CLOSE)
         index = np.searchsorted(closes, last_opens)
-        found = index < len(closes)
-        close_at = np.where(found, closes[np.minimum(index, max(len(closes) - 1, 0))] if len(closes) else 0, 0)
-        closed = found & (row_of_token[close_at] == last_rows) if len(closes) else np.zeros(len(last_opens), bool)
-        content_cumulative = np.zeros(len(values) + 1, dtype=np.int64)
-        np.cumsum(contentful, out=content_cumulative[1:])
-        inner = content_cumulative[close_at] - content_cumulative[last_opens + 1]
+        if len(closes):
+            close_at = closes[np.minimum(index, len(closes) - 1)]
+            closed = (index < len(closes)) & (close_at < offsets[last_rows + 1])
+        else:
+            close_at = last_opens
+            closed = np.zeros(len(last_opens), dtype=bool)
+        # Empty = every token strictly between the delimiters is trivial (whitespace).
+        trivial = np.flatnonzero(classes & TRIVIAL)
+        trivial_inside = np.searchsorted(trivial, close_at) - np.searchsorted(trivial, last_opens + 1)
+        empty = closed & (trivial_inside == close_at - last_opens - 1)
         empty_rows = np.zeros(n, dtype=bool)
-        empty_rows[last_rows[closed & (inner <= 0)]] = True
+        empty_rows[last_rows[empty]] = True
         unclosed_rows = np.zeros(n, dtype=bool)
         unclosed_rows[last_rows[~closed]] = True
         self.checks["empty_thinking"].add(int(empty_rows.sum()), examples(empty_rows))
         self.checks["unclosed_thinking"].add(int(unclosed_rows.sum()), examples(unclosed_rows))
 
-    def _keep_representatives(self, hashes, sums, values, mask, offsets) -> None:
+    def _keep_representatives(self, hashes, sums, trained, trained_start) -> None:
         nonempty = np.flatnonzero(sums > 0)
         if not len(nonempty) or len(self.representatives) >= MAX_REPRESENTATIVES:
             return
@@ -370,8 +445,8 @@ class _Accumulator:
             if key in self.representatives:
                 continue
             row = nonempty[first[pick]]
-            start, end = offsets[row], offsets[row + 1]
-            tokens = values[start:end][mask[start:end]]
+            start = trained_start[row]
+            tokens = trained[start : start + sums[row]]
             self.representatives[key] = tokens[:STORED_SPAN_TOKENS].tolist()
             self.span_lengths[key] = len(tokens)
 
