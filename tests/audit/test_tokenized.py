@@ -251,3 +251,27 @@ def test_empty_dataset_fails_min_samples(tmp_path):
     report = audit_tokenized(tmp_path / "empty.parquet")
     assert not report.passed
     assert [gate.name for gate in report.failed_gates] == ["min_samples"]
+
+
+def test_null_tokens_and_out_of_vocabulary_ids_are_bad_samples(tmp_path, clean_rows, tiny_tokenizer):
+    rows = [dict(row) for row in clean_rows[:30]]
+    rows[2] = dict(rows[2], input_ids=[None] + rows[2]["input_ids"][1:])
+    rows[5] = dict(rows[5], input_ids=rows[5]["input_ids"][:-1] + [len(tiny_tokenizer) + 7])
+    directory = write_shards(rows, tmp_path / "data")
+    report = audit_tokenized(directory, tokenizer=tiny_tokenizer)
+    assert report.bad_samples == 2 and report.audited_samples == 28
+    assert "vocabulary size" in report.errors[-1]
+    assert audit_tokenized(directory).bad_samples == 1  # without a tokenizer only the null is wrong
+
+
+def test_conversation_rows_in_a_datasets_dir_are_detected(tmp_path):
+    import datasets
+
+    from draftsmith.audit import audit_conversations, detect_kind
+    from draftsmith.tiny import synthetic_conversations
+
+    saved = tmp_path / "conversations"
+    datasets.Dataset.from_list(list(synthetic_conversations(40, seed=2))).save_to_disk(str(saved))
+    assert detect_kind([saved]) == "conversations"
+    report = audit_conversations(saved)
+    assert report.samples == 40 and report.bad_samples == 0

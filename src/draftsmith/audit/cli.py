@@ -11,8 +11,18 @@ import typer
 from draftsmith.errors import InputError
 
 
+def _thresholds_epilog() -> str:
+    from draftsmith.audit.thresholds import Thresholds
+
+    parts = []
+    for name, value in Thresholds().to_dict().items():
+        shown = "off" if value is None else (str(value) if name == "min_samples" else f"{value:g}")
+        parts.append(f"{name}={shown}")
+    return "Gates (--threshold name=value; shares of all samples): " + ", ".join(parts) + "."
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("audit")
+    @app.command("audit", epilog=_thresholds_epilog())
     def audit_command(
         paths: list[Path] = typer.Argument(..., help="Conversation files (JSONL/Parquet) or tokenized datasets."),
         tokenizer: str = typer.Option(

@@ -242,12 +242,20 @@ class _Accumulator:
         good_rows = np.flatnonzero(good)  # position in the original batch
         lengths = id_lengths[good]
 
-        values = _to_numpy(pc.list_flatten(input_ids))
-        raw_mask = _to_numpy(pc.list_flatten(loss_mask))
+        flat_ids, flat_mask = pc.list_flatten(input_ids), pc.list_flatten(loss_mask)
+        if not (pa.types.is_integer(flat_ids.type) and (pa.types.is_integer(flat_mask.type) or pa.types.is_boolean(flat_mask.type))):
+            raise InputError(
+                f"{file}: input_ids must be a list of integers and loss_mask a list of integers or "
+                f"booleans, not {input_ids.type} / {loss_mask.type}"
+            )
+        null_tokens = None
+        if flat_ids.null_count or flat_mask.null_count:
+            null_tokens = _to_numpy(pc.or_(pc.is_null(flat_ids), pc.is_null(flat_mask)))
+            flat_ids, flat_mask = pc.fill_null(flat_ids, 0), pc.fill_null(flat_mask, 0)
+        values = _to_numpy(flat_ids)
+        raw_mask = _to_numpy(flat_mask)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        if not np.issubdtype(values.dtype, np.integer):
-            raise InputError(f"{file}: input_ids must hold integers, not {values.dtype}")
 
         # Rows whose values cannot be trusted are unreadable: mask values other than 0/1, token ids
         # outside the vocabulary. Cheap reductions first; per-token flags only when something is off.
@@ -260,19 +268,28 @@ class _Accumulator:
             mask_ok = not len(raw_mask) or int(raw_mask.view(np.uint8).max()) <= 1
         else:
             mask_ok = not len(raw_mask) or (int(raw_mask.max()) <= 1 and int(raw_mask.min()) >= 0)
-        if not mask_ok or bottom < 0 or (vocab is not None and top >= vocab):
-            invalid = (values < 0) if vocab is None else ((values < 0) | (values >= vocab))
-            if raw_mask.dtype != np.bool_:
-                invalid |= (raw_mask != 0) & (raw_mask != 1)
-            bad_rows = _prefix_count(invalid)
-            bad_rows = (bad_rows[offsets[1:]] - bad_rows[offsets[:-1]]) > 0
+        if not mask_ok or bottom < 0 or (vocab is not None and top >= vocab) or null_tokens is not None:
+            problems = {
+                "null tokens": null_tokens,
+                "token ids out of range"
+                + (f" (vocabulary size {vocab})" if vocab is not None else " (negative)"): (
+                    (values < 0) if vocab is None else ((values < 0) | (values >= vocab))
+                ),
+                "loss_mask values other than 0/1": (
+                    None if raw_mask.dtype == np.bool_ else (raw_mask != 0) & (raw_mask != 1)
+                ),
+            }
+            row_problems = {}
+            for problem, flags in problems.items():
+                if flags is not None and flags.any():
+                    counts = _prefix_count(flags)
+                    row_problems[problem] = (counts[offsets[1:]] - counts[offsets[:-1]]) > 0
+            bad_rows = np.logical_or.reduce(list(row_problems.values()))
             where = np.flatnonzero(bad_rows)
             self.bad += len(where)
             for r, sample in zip(where[:3], self._ids(batch_ids, where[:3], base + good_rows)):
-                self.error(
-                    f"{file}: row {file_row + int(good_rows[r])} (id {sample}): "
-                    "loss_mask values other than 0/1 or token ids out of range"
-                )
+                reasons = ", ".join(problem for problem, rows_flag in row_problems.items() if rows_flag[r])
+                self.error(f"{file}: row {file_row + int(good_rows[r])} (id {sample}): {reasons}")
             self.errors_total += max(0, len(where) - 3)
             keep_rows = ~bad_rows
             token_keep = np.repeat(keep_rows, lengths)
