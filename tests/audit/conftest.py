@@ -42,7 +42,6 @@ def tokenize_conversation(tokenizer, messages, *, enable_thinking: bool = True):
 
 def tokenized_rows(tokenizer, count: int, *, boilerplate_share: float = 0.0, seed: int = 3):
     rows = []
-    boilerplate_every = None
     conversations = list(synthetic_conversations(count, seed=seed))
     boilerplate_count = round(count * boilerplate_share)
     for index, conversation in enumerate(conversations):
@@ -62,7 +61,6 @@ def tokenized_rows(tokenizer, count: int, *, boilerplate_share: float = 0.0, see
                 "finish_reason": "stop",
             }
         )
-    del boilerplate_every
     return rows
 
 

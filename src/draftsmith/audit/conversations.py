@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from draftsmith.audit.readers import BadRow, ConversationRow, iter_conversation_rows
-from draftsmith.audit.report import EXAMPLES, AuditReport, Check, Dominant
+from draftsmith.audit.report import EXAMPLES, GATED_CHECKS, INFO_CHECKS, AuditReport, Check, Dominant
 from draftsmith.audit.thresholds import Thresholds, coerce_thresholds
 from draftsmith.audit.tokens import load_tokenizer
 
@@ -84,19 +84,9 @@ class _ConversationAccumulator:
         self.chunk_hashes: list[int] = []
         self.texts: dict[int, str] = {}
         self.any_finish_reason = False
+        tokenized_only = {"scaffolding_masked", "prompt_masked", "length_mismatch", "trainable_count_mismatch"}
         self.checks = {
-            name: Check(name)
-            for name in (
-                "empty_response",
-                "empty_thinking",
-                "missing_end_of_turn",
-                "truncated",
-                "over_context",
-                "duplicate_completions",
-                "duplicate_prompts",
-                "no_thinking",
-                "unclosed_thinking",
-            )
+            name: Check(name) for name in GATED_CHECKS + INFO_CHECKS if name not in tokenized_only
         }
 
     def error(self, message: str) -> None:

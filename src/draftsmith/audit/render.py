@@ -5,18 +5,9 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from draftsmith.audit.report import CHECK_DESCRIPTIONS, AuditReport, distribution_stats, span_label
-
-
-def _pct(share: float) -> str:
-    return f"{share * 100:.1f}%"
-
-
-def _clip(text: str | None, limit: int = 70) -> str:
-    if text is None:
-        return ""
-    shown = repr(text)[1:-1]
-    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+from draftsmith.audit.report import INFO_CHECKS, AuditReport, distribution_stats, span_label
+from draftsmith.audit.report import _pct
+from draftsmith.audit.report import _shorten as _clip
 
 
 def _explain(report: AuditReport) -> list[str]:
@@ -120,7 +111,7 @@ def render_report(report: AuditReport, console) -> None:
         if check is not None:
             note = ", ".join(check.example_ids[:3]) if check.count else check.note
         gates.add_row(gate.name, share, "" if count is None else f"{count:,}", limit, status, note)
-    for name in ("no_thinking", "unclosed_thinking", "trainable_count_mismatch"):
+    for name in INFO_CHECKS:
         check = report.checks.get(name)
         if check is not None and check.checked and check.count:
             share = check.count / max(report.samples, 1)
@@ -136,5 +127,3 @@ def render_report(report: AuditReport, console) -> None:
     # One unwrapped line, last, so logs and pipelines can grep it.
     console.print(Text(report.verdict, style="bold green" if report.passed else "bold red"), soft_wrap=True)
 
-
-__all__ = ["render_report", "CHECK_DESCRIPTIONS"]

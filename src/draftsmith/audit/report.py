@@ -28,6 +28,23 @@ CHECK_DESCRIPTIONS = {
 }
 
 
+#: checks gated as a share of samples, in report order (bad_samples and dominant values come first)
+GATED_CHECKS = (
+    "empty_response",
+    "empty_thinking",
+    "missing_end_of_turn",
+    "truncated",
+    "over_context",
+    "scaffolding_masked",
+    "prompt_masked",
+    "length_mismatch",
+    "duplicate_completions",
+    "duplicate_prompts",
+)
+#: reported without a gate
+INFO_CHECKS = ("no_thinking", "unclosed_thinking", "trainable_count_mismatch")
+
+
 @dataclass
 class Check:
     name: str
@@ -278,18 +295,7 @@ def evaluate_gates(report: AuditReport) -> list[Gate]:
         span.count > 0,
         lambda c, s: f"{_pct(s)} of samples ({c:,}) train on the identical {what} {span_label(span)}",
     )
-    for name in (
-        "empty_response",
-        "empty_thinking",
-        "missing_end_of_turn",
-        "truncated",
-        "over_context",
-        "scaffolding_masked",
-        "prompt_masked",
-        "length_mismatch",
-        "duplicate_completions",
-        "duplicate_prompts",
-    ):
+    for name in GATED_CHECKS:
         check = report.checks.get(name)
         if check is None:
             gates.append(Gate(name, None, getattr(thresholds, name), True, True, f"{name}: not applicable"))
