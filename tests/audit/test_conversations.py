@@ -46,6 +46,16 @@ def test_clean_conversations_pass(tmp_path, tiny_tokenizer):
     assert with_tokens.passed, with_tokens.verdict
     assert with_tokens.length_unit == "tokens"
     assert with_tokens.checks["over_context"].checked
+    rows = generated_rows(200)
+    expected = 0
+    for row in rows:
+        text = tiny_tokenizer.apply_chat_template(row["messages"][:-1], tokenize=False, add_generation_prompt=True)
+        prompt = tiny_tokenizer(text, add_special_tokens=False)["input_ids"]
+        answer = row["messages"][-1]
+        completion = f"<think>\n{answer['reasoning_content']}\n</think>\n\n{answer['content']}"
+        expected += len(prompt) + len(tiny_tokenizer(completion, add_special_tokens=False)["input_ids"]) > 60
+    tight = audit_conversations(path, tokenizer=tiny_tokenizer, max_context=60)
+    assert 0 < tight.checks["over_context"].count == expected
 
 
 def test_malformed_lines_are_reported_and_counted(tmp_path):

@@ -21,6 +21,7 @@ from draftsmith.audit.tokens import load_tokenizer
 
 MAX_ERRORS = 50
 CHUNK = 16384
+PENDING = 4096
 TOP_PER_CHUNK = 32
 #: finish reasons that mean the model ended its turn on its own
 NORMAL_STOPS = {"stop", "eos", "end_turn", "stop_sequence", "tool_calls", "function_call"}
@@ -76,7 +77,8 @@ class _ConversationAccumulator:
         self.ids: list[str] = []
         self.token_lengths: list[int] = []  # -1 when unknown
         self.char_lengths: list[int] = []
-        self.total_tokens: list[int] = []  # -1 when unknown
+        self.prompt_lengths: list[int] = []  # -1 when unknown
+        self.pending: list[tuple[int, str | None, list | None]] = []
         self.completion_hashes: list[int] = []
         self.prompt_hashes: list[int] = []
         self.empty: list[bool] = []
@@ -145,21 +147,17 @@ class _ConversationAccumulator:
             completion_tokens = len(completion_ids)
         if prompt_tokens is None and isinstance(prompt_ids, list):
             prompt_tokens = len(prompt_ids)
-        if self.info is not None and completion_tokens is None:
-            completion_tokens = len(self.info.tokenizer(completion_text, add_special_tokens=False)["input_ids"])
-        if self.info is not None and prompt_tokens is None:
-            try:
-                prompt_tokens = len(
-                    self.info.tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True)
-                )
-            except Exception:  # a prompt the template rejects still gets the other checks
-                prompt_tokens = None
+        position = len(self.ids) - 1
         self.token_lengths.append(-1 if completion_tokens is None else completion_tokens)
+        self.prompt_lengths.append(-1 if prompt_tokens is None else prompt_tokens)
         self.char_lengths.append(len(completion_text))
-        total = None if completion_tokens is None or prompt_tokens is None else completion_tokens + prompt_tokens
-        self.total_tokens.append(-1 if total is None else total)
-        if self.max_context is not None and total is not None and total > self.max_context:
-            self.checks["over_context"].add(1, [sample])
+        if self.info is not None and (completion_tokens is None or prompt_tokens is None):
+            # Counted in batches: one tokenizer call per few thousand rows, not one per row.
+            self.pending.append(
+                (position, completion_text if completion_tokens is None else None, prompt if prompt_tokens is None else None)
+            )
+            if len(self.pending) >= PENDING:
+                self._count_pending()
 
         completion_hash = _digest([reasoning or "", content])
         self.completion_hashes.append(completion_hash)
@@ -169,6 +167,24 @@ class _ConversationAccumulator:
             self.chunk_texts.setdefault(completion_hash, completion_text)
         if len(self.chunk_hashes) >= CHUNK:
             self._flush_chunk()
+
+    def _count_pending(self) -> None:
+        tokenizer = self.info.tokenizer
+        completions = [(position, text) for position, text, _ in self.pending if text is not None]
+        prompts = []
+        for position, _, prompt in self.pending:
+            if prompt is None:
+                continue
+            try:
+                prompts.append((position, tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)))
+            except Exception:  # a prompt the template rejects still gets the other checks
+                continue
+        for target, items in ((self.token_lengths, completions), (self.prompt_lengths, prompts)):
+            if items:
+                encoded = tokenizer([text for _, text in items], add_special_tokens=False)["input_ids"]
+                for (position, _), ids in zip(items, encoded):
+                    target[position] = len(ids)
+        self.pending = []
 
     def _flush_chunk(self) -> None:
         # Keep texts only for each chunk's most common completions: a completion holding share s
@@ -182,14 +198,20 @@ class _ConversationAccumulator:
 
     def finish(self, paths, thresholds: Thresholds, settings: dict[str, Any]) -> AuditReport:
         self._flush_chunk()
+        if self.pending:
+            self._count_pending()
         ids = self.ids
         tokens = np.asarray(self.token_lengths, dtype=np.int64)
         known_tokens = len(tokens) > 0 and bool((tokens >= 0).all())
         lengths = tokens if known_tokens else np.asarray(self.char_lengths, dtype=np.int64)
         unit = "tokens" if known_tokens else "chars"
         trainable_counts = np.bincount(lengths) if len(lengths) else np.zeros(1, dtype=np.int64)
-        totals = np.asarray(self.total_tokens, dtype=np.int64)
+        prompt_tokens = np.asarray(self.prompt_lengths, dtype=np.int64)
+        totals = np.where((tokens >= 0) & (prompt_tokens >= 0), tokens + prompt_tokens, -1)
         sequence_counts = np.bincount(totals) if len(totals) and (totals >= 0).all() else None
+        if self.max_context is not None:
+            over = totals > self.max_context
+            self.checks["over_context"].add(int(over.sum()), [ids[i] for i in np.flatnonzero(over)[:EXAMPLES]])
         pick_ids = lambda where: [ids[i] for i in np.flatnonzero(where)[:EXAMPLES]]  # noqa: E731
 
         mask_sum = Dominant()
