@@ -95,7 +95,13 @@ def test_batch_size_does_not_change_results(boilerplate_dir, tiny_target_dir):
     assert small == whole
 
 
-def test_span_hashes_agree_with_a_naive_grouping(tmp_path):
+@pytest.mark.parametrize("keep_few", [False, True], ids=["default", "pruned-representatives"])
+def test_span_hashes_agree_with_a_naive_grouping(tmp_path, monkeypatch, keep_few):
+    if keep_few:  # force the bounded store of span texts to prune many times
+        import draftsmith.audit.tokenized as tokenized
+
+        monkeypatch.setattr(tokenized, "MAX_REPRESENTATIVES", 8)
+        monkeypatch.setattr(tokenized, "TOP_PER_BATCH", 4)
     rng = random.Random(5)
     pool = [[rng.randrange(1000) for _ in range(rng.randint(1, 9))] for _ in range(30)]
     rows = []

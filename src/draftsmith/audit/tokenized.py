@@ -19,8 +19,8 @@ import pyarrow.compute as pc
 from draftsmith.audit.readers import data_files, iter_tokenized_batches
 from draftsmith.audit.report import EXAMPLES, AuditReport, Check, Dominant
 from draftsmith.audit.thresholds import Thresholds, coerce_thresholds
-from draftsmith.errors import InputError
 from draftsmith.audit.tokens import TokenizerInfo, load_tokenizer
+from draftsmith.errors import InputError
 
 MAX_ERRORS = 50
 #: span candidates kept per batch: a span holding share s of the dataset holds >= s of some batch,
@@ -454,7 +454,7 @@ class _Accumulator:
 
     def _keep_representatives(self, hashes, sums, trained, trained_start) -> None:
         nonempty = np.flatnonzero(sums > 0)
-        if not len(nonempty) or len(self.representatives) >= MAX_REPRESENTATIVES:
+        if not len(nonempty):
             return
         unique, first, counts = np.unique(hashes[nonempty], return_index=True, return_counts=True)
         for pick in np.argsort(-counts, kind="stable")[:TOP_PER_BATCH]:
@@ -464,8 +464,21 @@ class _Accumulator:
             row = nonempty[first[pick]]
             start = trained_start[row]
             tokens = trained[start : start + sums[row]]
-            self.representatives[key] = tokens[:STORED_SPAN_TOKENS].tolist()
+            self.representatives[key] = tokens[:STORED_SPAN_TOKENS].copy()
             self.span_lengths[key] = len(tokens)
+        if len(self.representatives) > MAX_REPRESENTATIVES:
+            self._prune_representatives()
+
+    def _prune_representatives(self) -> None:
+        """Keep the spans most common so far; a rare one cannot become dominant unnoticed, since
+        a dominant span re-enters through the per-batch top list of the batches it fills."""
+        seen, counts = np.unique(np.concatenate(self.span_hashes), return_counts=True)
+        keys = np.fromiter(self.representatives, dtype=np.uint64, count=len(self.representatives))
+        index = np.minimum(np.searchsorted(seen, keys), len(seen) - 1)
+        key_counts = np.where(seen[index] == keys, counts[index], 0)
+        keep = set(keys[np.argsort(-key_counts, kind="stable")[: MAX_REPRESENTATIVES // 4]].tolist())
+        self.representatives = {k: v for k, v in self.representatives.items() if k in keep}
+        self.span_lengths = {k: v for k, v in self.span_lengths.items() if k in keep}
 
     # -- whole dataset -------------------------------------------------------------------------
     def ids_of(self, global_rows: np.ndarray) -> list[str]:
@@ -512,6 +525,7 @@ class _Accumulator:
                     "example_ids": self.ids_of(nonempty_rows[spans[nonempty] == unique[pick]]),
                 }
                 if tokens is not None:
+                    tokens = tokens.tolist()
                     entry["token_ids"] = tokens[:64]
                     if self.tokenizer is not None:
                         entry["text"] = self.tokenizer.decode(tokens)
