@@ -35,11 +35,16 @@ from draftsmith.plan.cli import register as _register_plan  # noqa: E402
 _register_tiny(app)
 _register_plan(app)
 
+from draftsmith.audit.cli import register as _register_audit  # noqa: E402
+
+_register_audit(app)
+
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for the console script; returns the process exit code."""
     try:
-        app(args=argv, standalone_mode=False)
+        # In non-standalone mode click returns (not raises) the code of a `typer.Exit(code)`.
+        result = app(args=argv, standalone_mode=False)
     except DraftsmithError as error:
         typer.echo(f"draftsmith: error: {error}", err=True)
         return error.exit_code
@@ -55,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             error.show()
             return error.exit_code
         raise
-    return 0
+    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,112 @@
+"""`draftsmith audit PATH...`: exit 0 on PASS, 1 on FAIL (so pipelines stop), 2 on unusable input."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from draftsmith.errors import InputError
+
+
+def _thresholds_epilog() -> str:
+    from draftsmith.audit.thresholds import Thresholds
+
+    parts = []
+    for name, value in Thresholds().to_dict().items():
+        shown = "off" if value is None else (str(value) if name == "min_samples" else f"{value:g}")
+        parts.append(f"{name}={shown}")
+    return "Gates (--threshold name=value; shares of all samples): " + ", ".join(parts) + "."
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("audit", epilog=_thresholds_epilog())
+    def audit_command(
+        paths: list[Path] = typer.Argument(..., help="Conversation files (JSONL/Parquet) or tokenized datasets."),
+        tokenizer: str = typer.Option(
+            None, "--tokenizer", help="Tokenizer dir: decodes spans, checks end-of-turn, headers, thinking."
+        ),
+        kind: str = typer.Option("auto", "--kind", help="auto, tokenized or conversations."),
+        as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+        plot: Path = typer.Option(None, "--plot", help="Write a PNG histogram of trainable tokens per sample."),
+        max_context: int = typer.Option(None, "--max-context", min=1, help="Context limit in tokens."),
+        threshold: list[str] = typer.Option(
+            None,
+            "--threshold",
+            help="Override a gate: name=value (share like 0.05 or 5%, or 'none'). Repeatable.",
+        ),
+    ) -> None:
+        """Audit a training set and gate it: PASS (exit 0) or FAIL (exit 1) with the reasons."""
+        from rich.console import Console
+
+        from draftsmith.audit.conversations import audit_conversations
+        from draftsmith.audit.readers import detect_kind
+        from draftsmith.audit.thresholds import Thresholds
+        from draftsmith.audit.tokenized import audit_tokenized
+
+        limits = Thresholds.from_assignments(threshold)
+        if kind not in ("auto", "tokenized", "conversations"):
+            raise InputError(f"--kind {kind!r}: expected auto, tokenized or conversations")
+        chosen = detect_kind(paths) if kind == "auto" else kind
+        stderr = Console(stderr=True)
+        with _progress(stderr) as progress:
+            if chosen == "tokenized":
+                report = audit_tokenized(
+                    paths, tokenizer=tokenizer, thresholds=limits, max_context=max_context, progress=progress
+                )
+            else:
+                report = audit_conversations(
+                    paths, thresholds=limits, tokenizer=tokenizer, max_context=max_context, progress=progress
+                )
+        if plot is not None:
+            from draftsmith.audit.plot import plot_histogram
+
+            plot_histogram(report, plot)
+        if as_json:
+            typer.echo(json.dumps(report.to_dict(), indent=2))
+            typer.echo(report.verdict, err=True)
+        else:
+            console = Console(width=max(Console().width, 120)) if not sys.stdout.isatty() else Console()
+            if plot is not None:
+                typer.echo(f"histogram written to {plot}", err=True)
+            report.render(console)
+        if not report.passed:
+            raise typer.Exit(1)
+
+
+class _progress:
+    """A rich progress bar on a terminal (rows, rate, ETA); silent otherwise."""
+
+    def __init__(self, console) -> None:
+        self.console = console
+        self.bar = None
+        self.task = None
+
+    def __enter__(self):
+        if not self.console.is_terminal:
+            return None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(
+            TextColumn("auditing"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self.bar.__enter__()
+        self.task = self.bar.add_task("audit", total=None, rate="")
+        return self.update
+
+    def update(self, done: int, total: int | None) -> None:
+        elapsed = self.bar.tasks[0].elapsed or 0.0
+        rate = f"{done / elapsed:,.0f} samples/s" if elapsed > 0 else ""
+        self.bar.update(self.task, completed=done, total=total, rate=rate)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)

@@ -1,0 +1,325 @@
+"""The audit result: numbers, examples, gates and a one-line verdict, as JSON or a rich table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from draftsmith.audit.thresholds import Thresholds
+
+EXAMPLES = 5
+
+CHECK_DESCRIPTIONS = {
+    "empty_response": "no trainable content (empty, whitespace or template tokens only)",
+    "empty_thinking": "thinking block present but empty",
+    "missing_end_of_turn": "trainable span does not end with the end-of-turn token / did not stop",
+    "truncated": 'stopped at max_tokens (finish_reason "length")',
+    "over_context": "longer than the context limit",
+    "scaffolding_masked": "loss mask covers role headers / template scaffolding",
+    "prompt_masked": "loss mask covers prompt tokens",
+    "length_mismatch": "loss_mask and input_ids lengths differ",
+    "duplicate_completions": "completion identical to an earlier sample's",
+    "duplicate_prompts": "prompt identical to an earlier sample's",
+    "no_thinking": "no thinking at all (informational)",
+    "unclosed_thinking": "<think> opened but never closed (informational)",
+    "trainable_count_mismatch": "num_trainable/num_tokens columns disagree with the arrays (informational)",
+}
+
+
+#: checks gated as a share of samples, in report order (bad_samples and dominant values come first)
+GATED_CHECKS = (
+    "empty_response",
+    "empty_thinking",
+    "missing_end_of_turn",
+    "truncated",
+    "over_context",
+    "scaffolding_masked",
+    "prompt_masked",
+    "length_mismatch",
+    "duplicate_completions",
+    "duplicate_prompts",
+)
+#: reported without a gate
+INFO_CHECKS = ("no_thinking", "unclosed_thinking", "trainable_count_mismatch")
+
+
+@dataclass
+class Check:
+    name: str
+    count: int = 0
+    example_ids: list[str] = field(default_factory=list)
+    #: False when the input cannot answer the question (e.g. no tokenizer for header detection)
+    checked: bool = True
+    note: str = ""
+
+    def add(self, count: int, ids: list[str] | None = None) -> None:
+        self.count += int(count)
+        if ids and len(self.example_ids) < EXAMPLES:
+            self.example_ids.extend(str(i) for i in ids[: EXAMPLES - len(self.example_ids)])
+
+    def to_dict(self, samples: int) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "share": _share(self.count, samples),
+            "checked": self.checked,
+            "example_ids": self.example_ids,
+            "description": CHECK_DESCRIPTIONS.get(self.name, ""),
+            **({"note": self.note} if self.note else {}),
+        }
+
+
+@dataclass
+class Dominant:
+    """The most common value and how many samples share it."""
+
+    count: int = 0
+    value: int | None = None  # the loss-mask sum, for `mask_sum`
+    num_tokens: int | None = None  # span length, for `span`
+    text: str | None = None  # decoded span (or the completion text for conversations)
+    token_ids: list[int] | None = None
+    example_ids: list[str] = field(default_factory=list)
+    top: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Gate:
+    name: str
+    value: float | int | None
+    limit: float | int | None
+    passed: bool
+    skipped: bool
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class AuditReport:
+    input_kind: str  # "tokenized" or "conversations"
+    paths: list[str]
+    samples: int
+    bad_samples: int
+    length_unit: str  # "tokens" or "chars" (conversations without token counts)
+    trainable_counts: np.ndarray  # trainable_counts[k] = samples with exactly k trainable tokens
+    sequence_counts: np.ndarray | None
+    dominant_mask_sum: Dominant
+    dominant_span: Dominant
+    checks: dict[str, Check]
+    errors: list[str]
+    errors_total: int
+    thresholds: Thresholds
+    settings: dict[str, Any]
+    gates: list[Gate] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.gates:
+            self.gates = evaluate_gates(self)
+
+    # -- results -------------------------------------------------------------------------------
+    @property
+    def audited_samples(self) -> int:
+        return int(self.trainable_counts.sum())
+
+    @property
+    def passed(self) -> bool:
+        return all(gate.passed for gate in self.gates)
+
+    @property
+    def failed_gates(self) -> list[Gate]:
+        return [gate for gate in self.gates if not gate.passed]
+
+    @property
+    def verdict(self) -> str:
+        noun = "tokenized samples" if self.input_kind == "tokenized" else "conversations"
+        if self.passed:
+            active = sum(not gate.skipped for gate in self.gates)
+            stats = distribution_stats(self.trainable_counts)
+            median = f", median {stats['p50']} trainable {self.length_unit}" if stats else ""
+            return f"PASS: {self.samples:,} {noun} audited, all {active} gates within limits{median}"
+        failed = self.failed_gates
+        names = ", ".join(gate.name for gate in failed)
+        details = "; ".join(gate.message for gate in failed)
+        return f"FAIL ({len(failed)} gate{'s' if len(failed) != 1 else ''}: {names}) — {self.samples:,} {noun}: {details}"
+
+    def to_dict(self) -> dict[str, Any]:
+        samples = self.samples
+        return {
+            "kind": "draftsmith.audit",
+            "version": 1,
+            "input_kind": self.input_kind,
+            "paths": self.paths,
+            "passed": self.passed,
+            "verdict": self.verdict,
+            "samples": samples,
+            "audited_samples": self.audited_samples,
+            "bad_samples": self.bad_samples,
+            "length_unit": self.length_unit,
+            "trainable": distribution_stats(self.trainable_counts),
+            "sequence": distribution_stats(self.sequence_counts) if self.sequence_counts is not None else None,
+            "histogram": histogram_bins(self.trainable_counts),
+            "dominant": {
+                "mask_sum": _dominant_dict(self.dominant_mask_sum, samples),
+                "span": _dominant_dict(self.dominant_span, samples),
+            },
+            "checks": {name: check.to_dict(samples) for name, check in self.checks.items()},
+            "gates": [gate.to_dict() for gate in self.gates],
+            "errors": self.errors,
+            "errors_total": self.errors_total,
+            "thresholds": self.thresholds.to_dict(),
+            "settings": self.settings,
+        }
+
+    def render(self, console) -> None:
+        """Print the report as rich tables on `console` (a `rich.console.Console`)."""
+        from draftsmith.audit.render import render_report
+
+        render_report(self, console)
+
+
+def _share(count: int, samples: int) -> float:
+    return float(count) / samples if samples else 0.0
+
+
+def _dominant_dict(dominant: Dominant, samples: int) -> dict[str, Any]:
+    out = {
+        "count": dominant.count,
+        "share": _share(dominant.count, samples),
+        "example_ids": dominant.example_ids,
+        "top": dominant.top,
+    }
+    for key in ("value", "num_tokens", "text", "token_ids"):
+        value = getattr(dominant, key)
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def distribution_stats(counts: np.ndarray | None) -> dict[str, Any] | None:
+    """min/percentiles/max/mean from a dense histogram `counts[value] = samples`."""
+    if counts is None:
+        return None
+    total = int(counts.sum())
+    if total == 0:
+        return None
+    values = np.flatnonzero(counts)
+    cumulative = np.cumsum(counts)
+
+    def percentile(q: float) -> int:
+        return int(np.searchsorted(cumulative, q * total, side="left"))
+
+    weighted = float((np.arange(len(counts), dtype=np.float64) * counts).sum())
+    return {
+        "min": int(values[0]),
+        "p10": percentile(0.10),
+        "p50": percentile(0.50),
+        "p90": percentile(0.90),
+        "p99": percentile(0.99),
+        "max": int(values[-1]),
+        "mean": weighted / total,
+        "total": int(weighted),
+    }
+
+
+def histogram_bins(counts: np.ndarray, bins: int = 40) -> dict[str, list]:
+    """A coarse equal-width histogram of a dense count array (for JSON and the plot)."""
+    total = int(counts.sum())
+    if total == 0:
+        return {"edges": [], "counts": []}
+    top = int(np.flatnonzero(counts)[-1]) + 1
+    width = max(1, int(np.ceil(top / bins)))
+    edges = np.arange(0, top + width, width)
+    padded = np.zeros(len(edges) - 1, dtype=np.int64)
+    binned = np.add.reduceat(counts[:top], np.arange(0, top, width)) if top else np.zeros(0)
+    padded[: len(binned)] = binned
+    return {"edges": [int(e) for e in edges], "counts": [int(c) for c in padded]}
+
+
+def _pct(value: float) -> str:
+    return f"{value * 100:.1f}%"
+
+
+def span_label(dominant: "Dominant", limit: int = 60) -> str:
+    """The decoded span, or its first token ids when there is no tokenizer to decode them."""
+    if dominant.text is not None:
+        return "'" + _shorten(dominant.text, limit) + "'"
+    if dominant.token_ids:
+        ids = " ".join(map(str, dominant.token_ids[:12]))
+        return f"[token ids {ids}{' …' if len(dominant.token_ids) > 12 else ''}]"
+    return "(text not kept)"
+
+
+def _shorten(text: str | None, limit: int = 80) -> str:
+    if text is None:
+        return ""
+    text = repr(text)[1:-1]
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def evaluate_gates(report: AuditReport) -> list[Gate]:
+    thresholds = report.thresholds
+    samples = report.samples
+    unit = report.length_unit
+    gates: list[Gate] = []
+
+    def share_gate(name: str, count: int, checked: bool, describe) -> None:
+        limit = getattr(thresholds, name)
+        share = _share(count, samples)
+        if limit is None or not checked:
+            reason = "off" if limit is None else "not checked"
+            gates.append(Gate(name, share, limit, True, True, f"{name}: {reason}"))
+            return
+        passed = share <= limit
+        gates.append(Gate(name, share, limit, passed, False, f"{describe(count, share)} (limit {_pct(limit)})"))
+
+    share_gate(
+        "bad_samples",
+        report.bad_samples,
+        True,
+        lambda c, s: f"{_pct(s)} of samples ({c:,}) are unreadable",
+    )
+    mask_sum = report.dominant_mask_sum
+    share_gate(
+        "dominant_mask_sum",
+        mask_sum.count,
+        mask_sum.value is not None,
+        lambda c, s: f"{_pct(s)} of samples ({c:,}) have exactly {mask_sum.value} trainable {unit}",
+    )
+    span = report.dominant_span
+    what = "completion" if report.input_kind == "conversations" else f"{span.num_tokens}-token masked span"
+    share_gate(
+        "dominant_span",
+        span.count,
+        span.count > 0,
+        lambda c, s: f"{_pct(s)} of samples ({c:,}) train on the identical {what} {span_label(span)}",
+    )
+    for name in GATED_CHECKS:
+        check = report.checks.get(name)
+        if check is None:
+            gates.append(Gate(name, None, getattr(thresholds, name), True, True, f"{name}: not applicable"))
+            continue
+        description = CHECK_DESCRIPTIONS[name]
+        share_gate(
+            name,
+            check.count,
+            check.checked,
+            lambda c, s, d=description: f"{_pct(s)} of samples ({c:,}): {d}",
+        )
+    minimum = thresholds.min_samples
+    audited = report.audited_samples
+    if minimum is None:
+        gates.append(Gate("min_samples", audited, None, True, True, "min_samples: off"))
+    else:
+        gates.append(
+            Gate(
+                "min_samples",
+                audited,
+                minimum,
+                audited >= minimum,
+                False,
+                f"only {audited:,} readable samples (need at least {minimum:,})",
+            )
+        )
+    return gates
