@@ -35,6 +35,8 @@ from typing import Any
 
 from aiohttp import web
 
+from draftsmith.generate.reasoning import split_think as split_reasoning
+
 REASONING_FIELDS = ("reasoning_content", "reasoning", "inline")
 
 
@@ -171,23 +173,6 @@ class ChatRequest:
         )
 
 
-def split_reasoning(text: str) -> tuple[str, str]:
-    """Split generated text into (reasoning, content) the way SGLang's / vLLM's qwen3 parser does.
-
-    Text before ``</think>`` (without a leading ``<think>``) is reasoning; a generation cut off
-    inside an open ``<think>`` is all reasoning; text without think tags is all content.
-    """
-    if "</think>" in text:
-        reasoning, content = text.split("</think>", 1)
-        if "<think>" in reasoning:
-            reasoning = reasoning.split("<think>", 1)[1]
-        return reasoning, content
-    stripped = text.lstrip()
-    if stripped.startswith("<think>"):
-        return stripped[len("<think>"):], ""
-    return "", text
-
-
 def _error_response(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
     return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
 
@@ -272,6 +257,11 @@ class ModelBackend:
         vocab = self.tokenizer.get_vocab()
         self.think_start_id = vocab.get("<think>")
         self.think_end_id = vocab.get("</think>")
+        import inspect
+
+        # transformers 5.x renamed `past_key_values` to `cache`; accept both.
+        parameters = inspect.signature(self.model.forward).parameters
+        self.cache_argument = "cache" if "cache" in parameters else "past_key_values"
         self.queue: asyncio.Queue[_Job] | None = None
         self.worker: asyncio.Task | None = None
 
@@ -359,8 +349,14 @@ class ModelBackend:
             generators.append(generator)
         done = [False] * batch
         counts = [0] * batch
+        from transformers import DynamicCache
+
+        cache = {self.cache_argument: DynamicCache()}  # updated in place by every forward
         with torch.inference_mode():
-            out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True)
+            out = self.model(
+                input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True,
+                logits_to_keep=1, **cache,
+            )
             last_positions = positions[:, -1:]
             for _ in range(max(job.max_tokens for job in jobs)):
                 tokens = self._sample(out.logits[:, -1, :], jobs, generators)
@@ -385,8 +381,8 @@ class ModelBackend:
                     input_ids=step,
                     attention_mask=attention,
                     position_ids=last_positions,
-                    past_key_values=out.past_key_values,
                     use_cache=True,
+                    **cache,
                 )
 
     def decode(self, ids: list[int]) -> str:
@@ -479,7 +475,7 @@ class OpenAIServer:
         if faults.drop_rate and self.rng.random() < faults.drop_rate:
             if request.transport is not None:
                 request.transport.abort()
-            raise ConnectionResetError("injected connection drop")
+            return web.Response(status=500)  # never reaches the client: the connection is gone
         return None
 
     # --- handlers --------------------------------------------------------------------------
