@@ -41,6 +41,10 @@ from draftsmith.generate.cli import register as _register_generate  # noqa: E402
 
 _register_generate(app)
 
+from draftsmith.bench.cli import register as _register_bench  # noqa: E402
+
+_register_bench(app)
+
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for the console script; returns the process exit code."""
