@@ -25,6 +25,7 @@ from typing import Any, Callable
 from draftsmith.errors import DraftsmithError, InputError
 from draftsmith.generate.client import ChatClient, ClientError, EndpointConnectionError, normalize_base_url
 from draftsmith.generate.inputs import load_prompts
+from draftsmith.generate.loop import run_async
 
 DEFAULT_CONCURRENCIES = (1, 8, 16, 32, 48, 64)
 
@@ -229,14 +230,7 @@ async def arun_bench(config: BenchConfig, log: Callable[[str], None] = lambda me
 
 def run_bench(config: BenchConfig, log: Callable[[str], None] = lambda message: None) -> BenchResult:
     """Blocking variant of ``arun_bench`` (notebook-safe like ``generate``)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(arun_bench(config, log))
-    import concurrent.futures
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, arun_bench(config, log)).result()
+    return run_async(arun_bench(config, log))
 
 
 def load_bench(path: str | Path) -> dict[str, Any]:
