@@ -156,3 +156,14 @@ def test_generate_works_inside_a_running_event_loop(tmp_path, prompts_file):
     assert summary.ok and summary.done == 20
     lengths = [sum(len(m["content"]) for m in row["messages"][:-1]) for row in read_rows(tmp_path / "out")]
     assert lengths[0] == max(lengths)
+
+
+def test_streamed_chunks_longer_than_64k_are_read(tmp_path):
+    prompts = tmp_path / "long.jsonl"
+    words = " ".join(f"w{i}" for i in range(20000))
+    prompts.write_text(json.dumps({"id": "long", "messages": [{"role": "user", "content": words}]}) + "\n")
+    with ServeProcess() as server:
+        summary = generate(config(prompts, tmp_path / "out", [server.url], stream=True))
+    assert summary.ok, summary.problems()
+    (row,) = read_rows(tmp_path / "out")
+    assert len(row["prompt_token_ids"]) == row["prompt_tokens"] == 20000
