@@ -160,3 +160,18 @@ def test_guard_checks_each_signal():
     assert run(GuardConfig(min_samples=50, expect_reasoning=False), "answer {i}", "", "stop") is None
     assert run(base, "answer {i}", "thinking", "length") == "length"
     assert run(GuardConfig(enabled=False), "", "", "length") is None
+
+
+def test_orders():
+    from draftsmith.generate.inputs import PromptSample
+    from draftsmith.generate.pipeline import _order
+
+    def sample(i, system, user):
+        return PromptSample(str(i), [{"role": "system", "content": system}, {"role": "user", "content": user}], "x")
+
+    samples = [sample(0, "B", "short"), sample(1, "A", "a much longer prompt"), sample(2, "B", "mid prompt"),
+               sample(3, "A", "x")]
+    assert [s.id for s in _order(samples, "input")] == ["0", "1", "2", "3"]
+    assert [s.id for s in _order(samples, "longest-first")] == ["1", "2", "0", "3"]
+    prefix = [s.messages[0]["content"] for s in _order(samples, "prefix")]
+    assert prefix == ["A", "A", "B", "B"]  # shared system prompts adjacent for prefix caching
