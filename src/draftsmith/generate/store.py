@@ -28,6 +28,7 @@ from typing import Any, TextIO
 from draftsmith.errors import InputError
 
 ROW_GLOB = "generated-*.jsonl"
+_ID_PREFIX = re.compile(r'\{"id": ("(?:[^"\\]|\\.)*"),')
 
 
 def shard_tag(index: int, count: int) -> str:
@@ -72,6 +73,11 @@ def scan_done_ids(directory: Path, log=lambda message: None) -> set[str]:
         with path.open("r", encoding="utf-8") as handle:
             for number, line in enumerate(handle, 1):
                 if not line.strip():
+                    continue
+                # Rows written here start with their id: read it without parsing a long row.
+                fast = _ID_PREFIX.match(line)
+                if fast is not None and line.rstrip().endswith("}"):
+                    done.add(json.loads(fast.group(1)))
                     continue
                 try:
                     row = json.loads(line)
