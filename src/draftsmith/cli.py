@@ -28,22 +28,26 @@ def version_command() -> None:
     typer.echo(__version__)
 
 
-# Stage registrations: each stage's module adds its own commands.
-from draftsmith.tiny.cli import register as _register_tiny  # noqa: E402
-from draftsmith.plan.cli import register as _register_plan  # noqa: E402
+# Each stage's own module adds its commands; the order here is the order of `--help`.
+import importlib  # noqa: E402
 
-_register_tiny(app)
-_register_plan(app)
+STAGE_MODULES = (
+    "plan",
+    "audit",
+    "bench",
+    "generate",
+    "serve",
+    "tiny",
+)
 
-from draftsmith.audit.cli import register as _register_audit  # noqa: E402
-
-_register_audit(app)
+for _stage in STAGE_MODULES:
+    importlib.import_module(f"draftsmith.{_stage}.cli").register(app)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for the console script; returns the process exit code."""
     try:
-        # In non-standalone mode click returns (not raises) the code of a `typer.Exit(code)`.
+        # With standalone_mode=False click returns a command's `typer.Exit(code)` instead of raising.
         result = app(args=argv, standalone_mode=False)
     except DraftsmithError as error:
         typer.echo(f"draftsmith: error: {error}", err=True)
