@@ -125,3 +125,52 @@ def test_cli_export(tmp_path, drafter, capsys):
     assert "exported" in capsys.readouterr().out
     assert main(["export", "--drafter", str(source), "--out", str(tmp_path / "out")]) == 2
     assert "not empty" in capsys.readouterr().err
+
+
+def _attach_oracle(model, sequence, wrong_every):
+    """Make `model` draft the known continuation (wrong at positions divisible by `wrong_every`)."""
+    seen = {}
+
+    def capture(module, args, kwargs):
+        block = kwargs["noise_embedding"].shape[1]
+        seen["positions"] = kwargs["position_ids"][0, -block:].tolist()
+
+    def compute_logits(hidden, lm_head):
+        logits = torch.zeros(1, hidden.shape[1], lm_head.weight.shape[0])
+        for index, position in enumerate(seen["positions"][1:]):
+            token = sequence[position] if position < len(sequence) else 0
+            if position % wrong_every == 0:
+                token = (token + 1) % lm_head.weight.shape[0]
+            logits[0, index, token] = 1.0
+        return logits
+
+    model.register_forward_pre_hook(capture, with_kwargs=True)
+    model.compute_logits = compute_logits
+    return model
+
+
+@pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated")
+def test_acceptance_lengths_match_the_reference_cycle_for_cycle(monkeypatch, tmp_path, target, tiny_tokenizer, drafter):
+    dflash = pytest.importorskip("dflash", reason="install the reference with: pip install --no-deps dflash==0.1.0")
+    import time
+
+    import dflash.model
+
+    from draftsmith.evaluate import greedy_decode, speculative_decode
+
+    # The reference times with torch.cuda.synchronize(); on CPU a plain clock does the same job.
+    monkeypatch.setattr(dflash.model, "_cuda_time", time.perf_counter)
+    export_dir = export_drafter(drafter, tmp_path / "export").path
+    ids = _real_inputs(target, tiny_tokenizer, drafter)[0]
+    stop = [tiny_tokenizer.eos_token_id]
+    plain = greedy_decode(target, ids, 40, stop)
+    sequence = ids[0].tolist() + plain.tokens
+    reference = dflash.DFlashDraftModel.from_pretrained(str(export_dir), attn_implementation="sdpa", dtype=torch.float32)
+    _attach_oracle(reference, sequence, wrong_every=4)
+    ours = _attach_oracle(load_drafter(export_dir), sequence, wrong_every=4)
+
+    stats = dflash.model.dflash_generate(reference.eval(), target, ids, 40, stop, return_stats=True)
+    mine = speculative_decode(target, ours, ids, 40, stop)
+    assert stats.output_ids[0, ids.shape[1] :].tolist() == mine.tokens == plain.tokens
+    assert stats.acceptance_lengths == mine.acceptance_lengths
+    assert max(mine.acceptance_lengths) > 2  # drafts really were accepted
