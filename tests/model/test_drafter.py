@@ -231,3 +231,15 @@ def test_gradients_reach_only_drafter_parameters(tiny_target, tiny_tokenizer, ti
     model.compute_logits(hidden, target_lm_head(tiny_target)).logsumexp(-1).mean().backward()
     assert all(p.grad is not None for p in model.parameters())
     tiny_target.zero_grad(set_to_none=True)
+
+
+def test_gradient_checkpointing_keeps_gradients(tiny_drafter_config):
+    torch.manual_seed(0)
+    model = DFlashDraftModel(tiny_drafter_config)
+    (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
+    model.train()
+    noise = torch.randn(1, 8, 128)
+    context = torch.randn(1, 5, 4 * 128)
+    model(position_ids=torch.arange(13)[None], noise_embedding=noise, target_hidden=context).square().mean().backward()
+    assert model.layers[0].gradient_checkpointing
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for n, p in model.named_parameters() if "norm" not in n)

@@ -157,6 +157,12 @@ class DFlashDraftModel(Qwen3PreTrainedModel):
         self.hidden_norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_init()
 
+    def enable_input_require_grads(self) -> None:
+        # There is no embedding layer to hook: block embeddings come from the frozen target, and the
+        # fused context (the output of the trainable fc) already carries gradients into every
+        # checkpointed layer, so gradient checkpointing needs nothing extra here.
+        return None
+
     def fuse_target_hidden(self, target_hidden: torch.Tensor) -> torch.Tensor:
         """[B, C, k*H] raw concatenated target features -> [B, C, H] context for every layer."""
         expected = self.fc.in_features
