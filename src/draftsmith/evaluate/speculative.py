@@ -294,7 +294,7 @@ def evaluate_drafter(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from draftsmith.evaluate.prompts import Prompt, read_prompts
+    from draftsmith.evaluate.prompts import Prompt, prompt_from_row, read_prompts
 
     if isinstance(target, (str, Path)):
         target_path = Path(target)
@@ -317,7 +317,7 @@ def evaluate_drafter(
     encoded: list[tuple[str, list[int]]] = []
     for index, item in enumerate(items):
         if isinstance(item, dict):
-            item = Prompt(str(item.get("id", index)), messages=item.get("messages"), text=item.get("prompt"))
+            item = prompt_from_row(item, f"prompt {index}", default_id=str(index))
         if isinstance(item, Prompt):
             if tokenizer is None:
                 raise InputError("evaluate_drafter needs a tokenizer for text/message prompts")
