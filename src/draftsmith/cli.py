@@ -36,20 +36,14 @@ STAGE_MODULES = (
     "audit",
     "bench",
     "generate",
+    "evaluate",
+    "export",
     "serve",
     "tiny",
 )
 
 for _stage in STAGE_MODULES:
     importlib.import_module(f"draftsmith.{_stage}.cli").register(app)
-
-from draftsmith.evaluate.cli import register as _register_eval  # noqa: E402
-
-_register_eval(app)
-
-from draftsmith.export.cli import register as _register_export  # noqa: E402
-
-_register_export(app)
 
 
 def main(argv: list[str] | None = None) -> int:
