@@ -33,6 +33,10 @@ from draftsmith.tiny.cli import register as _register_tiny  # noqa: E402
 
 _register_tiny(app)
 
+from draftsmith.tokenize.cli import register as _register_tokenize  # noqa: E402
+
+_register_tokenize(app)
+
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for the console script; returns the process exit code."""
