@@ -162,6 +162,13 @@ def test_chatml_template_without_markers_or_reasoning(make_masker, tiny_target_d
     assert 0 < built.loss_mask.sum() < len(built.loss_mask)
 
 
+def test_template_that_drops_the_final_reasoning_is_caught(make_masker, tiny_target_dir):
+    masker = make_masker(tokenizer=tokenizer_with_template(tiny_target_dir, CHATML_TEMPLATE))
+    with pytest.raises(RowDropped) as caught:
+        masker.build(row([USER, assistant()]))
+    assert caught.value.reason == "reasoning_not_rendered"
+
+
 def test_template_that_renders_nothing_but_the_answer_is_caught_as_all_ones(make_masker, tiny_target_dir):
     template = "{%- for m in messages -%}{%- if m.role == 'assistant' -%}{{- m.content + '<|im_end|>' -}}{%- endif -%}{%- endfor -%}"
     masker = make_masker(tokenizer=tokenizer_with_template(tiny_target_dir, template))

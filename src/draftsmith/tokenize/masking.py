@@ -47,7 +47,7 @@ GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
 PROBE_CONTENTS = ("A", "B")
 
 # Drop reasons. Policy drops are choices the user made; the others are data or template problems.
-POLICY_REASONS = frozenset({"finish_reason_length", "overflow", "duplicate_id"})
+POLICY_REASONS = frozenset({"finish_reason_length", "overflow", "truncated_no_trainable", "duplicate_id"})
 
 
 class RowDropped(Exception):
@@ -293,6 +293,14 @@ class ChatMasker:
                     "end_of_turn_in_content",
                     "the final assistant turn contains an end-of-turn token inside its text",
                 )
+            if index == len(messages) - 1 and final.get("reasoning_content", "").strip():
+                turn_text = text[int(offsets[first, 0]) : int(offsets[end - 1, 1])]
+                if final["reasoning_content"].strip() not in turn_text:
+                    raise RowDropped(
+                        "reasoning_not_rendered",
+                        "the chat template does not render the final turn's reasoning_content, so the "
+                        "thinking would be lost (is this the target model's own template?)",
+                    )
             spans.append((index, first, end))
 
         loss_mask = np.zeros(len(input_ids), dtype=np.int8)
