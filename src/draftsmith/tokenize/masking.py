@@ -150,6 +150,7 @@ class ChatMasker:
             int(tokenizer.eos_token_id) if tokenizer.eos_token_id is not None else min(eot_ids)
         )
         self.vocab_size = len(tokenizer)
+        self.backend = tokenizer.backend_tokenizer
         self.has_generation_markers = bool(GENERATION_MARKER.search(_template_text(tokenizer)))
 
     @classmethod
@@ -249,9 +250,11 @@ class ChatMasker:
             raise RowDropped("no_assistant_turn", "the assistant message has no prompt before it")
 
         text = self.render(messages)
-        encoding = self.tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
-        input_ids = np.asarray(encoding["input_ids"], dtype=np.int32)
-        offsets = np.asarray(encoding["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+        # The Rust tokenizer directly: same ids and offsets as tokenizer(text), without the wrapper's
+        # per-call overhead (a third of the time per row otherwise).
+        encoding = self.backend.encode(text, add_special_tokens=False)
+        input_ids = np.asarray(encoding.ids, dtype=np.int32)
+        offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
         starts = offsets[:, 0]
         is_end_of_turn = np.zeros(len(input_ids), dtype=bool)
         for token_id in self.end_of_turn_ids:  # a handful of ids: cheaper than np.isin per row
@@ -365,10 +368,11 @@ class ChatMasker:
     ) -> None:
         """Decode the trained tokens of one turn and check they are exactly the assistant's text."""
         positions = first + np.flatnonzero(loss_mask[first:end])
-        decoded = self.tokenizer.decode(
-            input_ids[positions].tolist(), skip_special_tokens=False, clean_up_tokenization_spaces=False
-        )
-        rendered = "".join(text[int(offsets[p, 0]) : int(offsets[p, 1])] for p in positions)
+        decoded = self.backend.decode(input_ids[positions].tolist(), skip_special_tokens=False)
+        if len(positions) and positions[-1] - positions[0] + 1 == len(positions):
+            rendered = text[int(offsets[positions[0], 0]) : int(offsets[positions[-1], 1])]
+        else:  # generation markers may leave gaps inside a turn
+            rendered = "".join(text[int(offsets[p, 0]) : int(offsets[p, 1])] for p in positions)
         if decoded != rendered:
             raise RowDropped(
                 "verify_failed",
@@ -378,7 +382,7 @@ class ChatMasker:
             raise RowDropped("verify_failed", f"turn {index}: the token before the turn is trained")
         body = decoded
         if closed:
-            end_text = self.tokenizer.decode([int(input_ids[end - 1])], skip_special_tokens=False)
+            end_text = self.backend.decode([int(input_ids[end - 1])], skip_special_tokens=False)
             if int(input_ids[end - 1]) not in self.end_of_turn_ids or not body.endswith(end_text):
                 raise RowDropped("verify_failed", f"turn {index}: trained text does not end with end-of-turn")
             body = body[: -len(end_text)]
