@@ -53,6 +53,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=4000)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
     from draftsmith.tiny import build_tiny_target, synthetic_conversations
@@ -66,27 +67,41 @@ def main() -> None:
             for row in synthetic_conversations(args.rows, seed=123):
                 handle.write(json.dumps(row) + "\n")
 
-        results: list[tuple[str, float]] = []
-        (root / "baseline").mkdir()
-        started = time.perf_counter()
-        count = baseline(source, tokenizer_dir, root / "baseline")
-        results.append(("baseline: 1 process, naive prefix mask", count / (time.perf_counter() - started)))
+        def run_baseline() -> float:
+            out = Path(tempfile.mkdtemp(dir=root))
+            started = time.perf_counter()
+            count = baseline(source, tokenizer_dir, out)
+            return count / (time.perf_counter() - started)
 
-        runs = [
-            (f"tokenize_dataset: {args.workers} workers, verify all", dict(workers=args.workers, verify_share=1.0)),
-            (f"tokenize_dataset: {args.workers} workers, verify 5%", dict(workers=args.workers, verify_share=0.05)),
-            ("tokenize_dataset: 1 worker, verify all", dict(workers=1, verify_share=1.0)),
-        ]
-        for label, settings in runs:
+        def run_pipeline(settings: dict) -> float:
             options = TokenizeOptions(progress=False, overwrite=True, **settings)
             started = time.perf_counter()
             summary = tokenize_dataset(source, tokenizer_dir, root / "out", options)
             elapsed = time.perf_counter() - started
             assert summary.written == args.rows, summary.verdict()
-            results.append((label, summary.input_rows / elapsed))
+            return summary.input_rows / elapsed
+
+        runs = [
+            ("baseline: 1 process, naive prefix mask", run_baseline),
+            (f"tokenize_dataset: {args.workers} workers, verify all",
+             lambda: run_pipeline(dict(workers=args.workers, verify_share=1.0))),
+            (f"tokenize_dataset: {args.workers} workers, verify 5%",
+             lambda: run_pipeline(dict(workers=args.workers, verify_share=0.05))),
+            ("tokenize_dataset: 1 worker, verify all", lambda: run_pipeline(dict(workers=1, verify_share=1.0))),
+        ]
+        # Interleaved repeats, best of each: the machine is shared, and the best run is the one
+        # least disturbed by other processes.
+        best: dict[str, float] = {}
+        for _ in range(args.repeats):
+            for label, run in runs:
+                best[label] = max(best.get(label, 0.0), run())
+        results = [(label, best[label]) for label, _ in runs]
 
     base = results[0][1]
-    print(f"tokenize benchmark: {args.rows} synthetic conversations, tiny target tokenizer, {os.cpu_count()} CPUs")
+    print(
+        f"tokenize benchmark: {args.rows} synthetic conversations, tiny target tokenizer, "
+        f"{os.cpu_count()} CPUs, best of {args.repeats}, load average {os.getloadavg()[0]:.1f}"
+    )
     for label, rate in results:
         print(f"  {label:<48} {rate:8.0f} samples/s   x{rate / base:.2f} vs baseline")
 

@@ -162,35 +162,32 @@ def test_chatml_template_without_markers_or_reasoning(make_masker, tiny_target_d
     assert 0 < built.loss_mask.sum() < len(built.loss_mask)
 
 
-def test_template_that_drops_the_final_reasoning_is_caught(make_masker, tiny_target_dir):
-    masker = make_masker(tokenizer=tokenizer_with_template(tiny_target_dir, CHATML_TEMPLATE))
-    with pytest.raises(RowDropped) as caught:
-        masker.build(row([USER, assistant()]))
-    assert caught.value.reason == "reasoning_not_rendered"
+ANSWER_ONLY_TEMPLATE = (
+    "{%- for m in messages -%}{%- if m.role == 'assistant' -%}{{- m.content + '<|im_end|>' -}}"
+    "{%- endif -%}{%- endfor -%}"
+)
 
 
-def test_template_that_renders_nothing_but_the_answer_is_caught_as_all_ones(make_masker, tiny_target_dir):
-    template = "{%- for m in messages -%}{%- if m.role == 'assistant' -%}{{- m.content + '<|im_end|>' -}}{%- endif -%}{%- endfor -%}"
+@pytest.mark.parametrize(
+    "template, reasoning, reason",
+    [
+        # A template without a place for reasoning would silently lose the thinking.
+        (CHATML_TEMPLATE, REASONING, "reasoning_not_rendered"),
+        # Nothing but the answer is rendered: the mask would be all ones.
+        (ANSWER_ONLY_TEMPLATE, "", "mask_all_ones"),
+        # The assistant turn is rendered differently from the generation prompt.
+        (CHATML_TEMPLATE.replace("'<|im_start|>assistant\\n'", "'<|im_start|>bot\\n'"), "", "template_mismatch"),
+        # Turns end without an end-of-turn token: where the turn stops is unknown.
+        (CHATML_TEMPLATE.replace("'<|im_end|>\\n'", "'\\n\\n'"), "", "no_end_of_turn"),
+    ],
+    ids=["drops-reasoning", "answer-only", "different-header", "no-end-of-turn"],
+)
+def test_templates_that_cannot_be_masked_exactly_are_caught(make_masker, tiny_target_dir, template, reasoning, reason):
+    assert template != CHATML_TEMPLATE or reason == "reasoning_not_rendered"
     masker = make_masker(tokenizer=tokenizer_with_template(tiny_target_dir, template))
     with pytest.raises(RowDropped) as caught:
-        masker.build(row([USER, assistant(reasoning="")]))
-    assert caught.value.reason == "mask_all_ones"
-
-
-def test_template_whose_turn_differs_from_its_generation_prompt_is_caught(make_masker, tiny_target_dir):
-    template = CHATML_TEMPLATE.replace("'<|im_start|>assistant\\n'", "'<|im_start|>bot\\n'")
-    masker = make_masker(tokenizer=tokenizer_with_template(tiny_target_dir, template))
-    with pytest.raises(RowDropped) as caught:
-        masker.build(row([USER, assistant(reasoning="")]))
-    assert caught.value.reason == "template_mismatch"
-
-
-def test_template_without_end_of_turn_token_is_caught(make_masker, tiny_target_dir):
-    template = CHATML_TEMPLATE.replace("'<|im_end|>\\n'", "'\\n\\n'")
-    masker = make_masker(tokenizer=tokenizer_with_template(tiny_target_dir, template))
-    with pytest.raises(RowDropped) as caught:
-        masker.build(row([USER, assistant(reasoning="")]))
-    assert caught.value.reason == "no_end_of_turn"
+        masker.build(row([USER, assistant(reasoning=reasoning)]))
+    assert caught.value.reason == reason
 
 
 def test_verification_catches_leaked_scaffolding(make_masker, monkeypatch):
@@ -220,6 +217,9 @@ def test_rows_without_a_final_assistant_turn_or_with_empty_answers_are_dropped(m
     with pytest.raises(RowDropped) as caught:
         masker.build(row([USER, assistant(content="", reasoning="")]))
     assert caught.value.reason == "empty_assistant"
+    with pytest.raises(RowDropped) as caught:
+        make_masker(train_turns="all").build(row([assistant()]))
+    assert caught.value.reason == "no_assistant_turn"
 
 
 def test_length_policy(make_masker):

@@ -180,3 +180,15 @@ def test_template_kwargs_reach_the_template(tmp_path, tiny_target_dir):
     assert "user\nQ: " in text
     mask = np.asarray(read_shards(tmp_path / "out").column("loss_mask").to_pylist()[0])
     assert tokenizer.decode(np.asarray(first)[mask == 1].tolist()).endswith("<|im_end|>")
+
+
+def test_nothing_written_is_an_error_not_a_silent_success(tmp_path, tiny_target_dir):
+    rows = list(synthetic_conversations(4, seed=3))
+    for row in rows:
+        row["finish_reason"] = "length"
+    source = write_jsonl(tmp_path / "rows.jsonl", rows)
+    with pytest.raises(TokenizeError, match="no row was written.*finish_reason_length 4"):
+        tokenize_dataset(source, tiny_target_dir, tmp_path / "out", TokenizeOptions(workers=1, progress=False))
+    empty = write_jsonl(tmp_path / "empty.jsonl", [])
+    with pytest.raises(InputError, match="no rows to tokenize"):
+        tokenize_dataset(empty, tiny_target_dir, tmp_path / "out2", TokenizeOptions(workers=1, progress=False))

@@ -246,7 +246,7 @@ class ChatMasker:
             turns = [i for i, message in enumerate(messages) if message["role"] == "assistant" and i > 0]
         else:
             turns = [len(messages) - 1]
-        if turns[-1] == 0:
+        if not turns or turns[-1] == 0:
             raise RowDropped("no_assistant_turn", "the assistant message has no prompt before it")
 
         text = self.render(messages)

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from draftsmith.errors import DraftsmithError
+from draftsmith.errors import DraftsmithError, InputError
 from draftsmith.tokenize.masking import POLICY_REASONS, ChatMasker, MaskedRow, MaskerConfig, RowDropped
 from draftsmith.tokenize.readers import RawRecord, count_rows, expand_inputs, iter_records, normalize_row
 from draftsmith.tokenize.writer import SUMMARY_NAME, ShardWriter, prepare_output_dir, write_json_atomic
@@ -282,8 +282,14 @@ def tokenize_dataset(
     summary.dropped = dict(dropped)
     summary.errors = sum(count for reason, count in dropped.items() if reason not in POLICY_REASONS)
     _finish(summary, writer, by_method, started, output)
-    if summary.input_rows and summary.errors / summary.input_rows > options.max_error_share:
+    if summary.input_rows == 0:
+        raise InputError(f"{', '.join(summary.inputs)}: no rows to tokenize")
+    if summary.errors / summary.input_rows > options.max_error_share:
         raise TokenizeError(_error_message(summary, early=False))
+    if summary.written == 0:
+        raise TokenizeError(
+            f"no row was written: {summary.verdict()}. Details in {output / SUMMARY_NAME}"
+        )
     return summary
 
 
