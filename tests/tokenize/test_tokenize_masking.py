@@ -7,7 +7,7 @@ import pytest
 
 from draftsmith.tokenize.masking import RowDropped
 from draftsmith.tokenize.readers import RawRecord, normalize_row
-from tokenize_helpers import CHATML_TEMPLATE, generation_marker_template, tokenizer_with_template
+from tokenize_helpers import CHATML_TEMPLATE, generation_marker_template, tokenizer_with_template, tool_call_template
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 USER = {"role": "user", "content": "Reverse the word tiger."}
@@ -113,6 +113,18 @@ def test_tool_messages_and_tool_call_turns(make_masker, tiny_tokenizer):
     assert trained_text(masker, all_turns) == (
         "<think>\nI need the weather tool.\n</think>\n\nI will look it up.<|im_end|>" + text
     )
+
+
+def test_tool_calls_in_the_final_turn_are_trained(make_masker, tiny_target_dir):
+    masker = make_masker(tokenizer=tokenizer_with_template(tiny_target_dir, tool_call_template()))
+    call = {"type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+    rendered_call = '\n<tool_call>\n{"name": "weather", "arguments": "{\\"city\\": \\"Paris\\"}"}\n</tool_call>'
+    with_reasoning = {"role": "assistant", "content": "I will check.", "reasoning_content": "Use the tool.", "tool_calls": [call]}
+    built = masker.build(row([USER, with_reasoning]))
+    assert trained_text(masker, built) == f"<think>\nUse the tool.\n</think>\n\nI will check.{rendered_call}<|im_end|>"
+    calls_only = {"role": "assistant", "content": None, "tool_calls": [call]}
+    built = masker.build(row([USER, calls_only]))
+    assert trained_text(masker, built) == f"{rendered_call}<|im_end|>"  # the empty think block stays 0
 
 
 def test_content_text_that_also_appears_in_the_prompt_is_not_confused(make_masker):
@@ -308,3 +320,12 @@ def test_synthetic_corpus_masks_decode_to_the_assistant_turn(make_masker):
         assert trained_text(masker, built) == (
             f"<think>\n{final['reasoning_content']}\n</think>\n\n{final['content']}<|im_end|>"
         )
+
+
+def test_enable_thinking_false_prompt_gives_the_same_mask(make_masker):
+    # Rows generated with enable_thinking=False: the engine's prompt held the empty think block.
+    messages = [USER, assistant(reasoning="")]
+    default = make_masker().build(row(messages))
+    no_thinking = make_masker(chat_template_kwargs=(("enable_thinking", False),)).build(row(messages))
+    assert no_thinking.input_ids.tolist() == default.input_ids.tolist()
+    assert no_thinking.loss_mask.tolist() == default.loss_mask.tolist()

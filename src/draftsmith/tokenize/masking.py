@@ -240,8 +240,8 @@ class ChatMasker:
         if messages[-1]["role"] != "assistant":
             raise RowDropped("no_assistant_turn", "the conversation does not end with an assistant message")
         final = messages[-1]
-        if not final["content"].strip() and not final.get("reasoning_content", "").strip():
-            raise RowDropped("empty_assistant", "the final assistant message has no content and no reasoning")
+        if not (final["content"].strip() or final.get("reasoning_content", "").strip() or final.get("tool_calls")):
+            raise RowDropped("empty_assistant", "the final assistant message has no content, reasoning or tool calls")
         if self.config.train_turns == "all":
             turns = [i for i, message in enumerate(messages) if message["role"] == "assistant" and i > 0]
         else:
@@ -389,15 +389,21 @@ class ChatMasker:
         message = messages[index]
         content = message["content"].strip()
         reasoning = message.get("reasoning_content", "").strip()
-        if closed and content and not body.rstrip().endswith(content):
+        # Tool calls are generated text too; templates render them after the content.
+        calls = bool(message.get("tool_calls"))
+        if closed and content and not calls and not body.rstrip().endswith(content):
             raise RowDropped(
                 "verify_failed",
                 f"turn {index}: trained text {body[-60:]!r} does not end with the assistant content",
             )
-        if final_turn and not reasoning and body.strip() != content:
+        if closed and content and calls and content not in body:
+            raise RowDropped("verify_failed", f"turn {index}: the assistant content is missing from the trained text")
+        if final_turn and not reasoning and (
+            body.strip() != content if not calls else content and not body.lstrip().startswith(content)
+        ):
             raise RowDropped(
                 "verify_failed",
-                f"turn {index}: with empty reasoning the trained text must be the content alone, "
+                f"turn {index}: with empty reasoning the trained text must start with the content, "
                 f"got {body[:60]!r} (template scaffolding leaked into the mask)",
             )
         if final_turn and reasoning:
