@@ -20,6 +20,12 @@ How spans are found, without searching for message text in the rendering:
 * Templates with `{% generation %}` markers: the markers' assistant mask is intersected with the
   spans above (so a template that marks its scaffolding, or every turn, cannot leak into the mask).
 
+Every row (or a `verify_share` sample, chosen by id) is verified by decoding the trained tokens:
+they must equal the rendered text, end with end-of-turn, end with the content (or contain it,
+before Qwen-style `<tool_call>` blocks, which are trained too), contain the reasoning after it,
+and be the content alone when the reasoning is empty. All-zeros and all-ones masks, and a final
+turn whose reasoning the template does not render, are always dropped, counted by reason.
+
 Which turns: `final` (default) trains the last assistant turn only; it is rendered exactly as the
 model saw it when generating, thinking included. `all` trains every assistant turn as the template
 renders it in the full conversation: Qwen3-style templates drop the reasoning of turns before the
