@@ -202,6 +202,21 @@ def test_templates_that_cannot_be_masked_exactly_are_caught(make_masker, tiny_ta
     assert caught.value.reason == reason
 
 
+def test_turn_boundary_inside_a_token_is_caught_not_shifted(make_masker, tiny_target_dir):
+    # The generation prompt ends in "Re" and the answer starts "verse": BPE merges "Reverse"
+    # across the boundary, so no token starts where the answer does.
+    template = CHATML_TEMPLATE.replace("'<|im_start|>assistant\\n'", "'<|im_start|>assistant\\nRe'").replace(
+        "'<|im_start|>' + message.role + '\\n' + message.content",
+        "'<|im_start|>' + message.role + '\\n' + ('Re' if message.role == 'assistant' else '') + message.content",
+    )
+    masker = make_masker(tokenizer=tokenizer_with_template(tiny_target_dir, template))
+    text = masker.render([USER, assistant(content="verse the word.", reasoning="")])
+    assert "Reverse" in masker.tokenizer.convert_ids_to_tokens(masker.tokenizer(text)["input_ids"])
+    with pytest.raises(RowDropped) as caught:
+        masker.build(row([USER, assistant(content="verse the word.", reasoning="")]))
+    assert caught.value.reason == "span_misaligned"
+
+
 def test_verification_catches_leaked_scaffolding(make_masker, monkeypatch):
     # If span finding regressed and trained the empty think block, decoding must catch it.
     masker = make_masker()

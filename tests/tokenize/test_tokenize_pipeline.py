@@ -192,3 +192,12 @@ def test_nothing_written_is_an_error_not_a_silent_success(tmp_path, tiny_target_
     empty = write_jsonl(tmp_path / "empty.jsonl", [])
     with pytest.raises(InputError, match="no rows to tokenize"):
         tokenize_dataset(empty, tiny_target_dir, tmp_path / "out2", TokenizeOptions(workers=1, progress=False))
+
+
+def test_cli_shows_the_summary_when_it_fails(tmp_path, tiny_target_dir, capsys):
+    source = write_jsonl(tmp_path / "prompts.jsonl", list(synthetic_prompts(5, seed=2)))
+    code = main(["tokenize", str(source), "-t", str(tiny_target_dir), "-o", str(tmp_path / "out"),
+                 "--workers", "1", "--no-audit", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "dropped: no_assistant_turn" in err and "draftsmith: error: 5 of 5 rows could not be masked" in err

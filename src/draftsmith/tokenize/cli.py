@@ -40,32 +40,6 @@ def _run_audit(output_dir: Path, tokenizer_path: str, console) -> bool | None:
     return bool(report.passed)
 
 
-def _render_summary(summary, console) -> None:
-    from rich.table import Table
-
-    table = Table(title=f"tokenize -> {summary.output_dir}", show_header=True)
-    table.add_column("what")
-    table.add_column("rows", justify="right")
-    table.add_row("input rows", str(summary.input_rows))
-    table.add_row("written", str(summary.written))
-    for method, count in sorted(summary.by_method.items()):
-        table.add_row(f"  built by {method}", str(count))
-    table.add_row("  verified by decoding", str(summary.verified))
-    if summary.truncated:
-        table.add_row("  truncated to max length", str(summary.truncated))
-    if summary.kept_length:
-        table.add_row("  finish_reason length, kept", str(summary.kept_length))
-    if summary.end_of_turn_appended:
-        table.add_row("  end-of-turn appended to engine ids", str(summary.end_of_turn_appended))
-    for reason, count in sorted(summary.dropped.items()):
-        table.add_row(f"dropped: {reason}", str(count))
-    console.print(table)
-    for reason, examples in sorted(summary.examples.items()):
-        for example in examples[:1]:
-            console.print(f"  e.g. {reason}: {example}")
-    console.print(summary.verdict())
-
-
 def register(app: typer.Typer) -> None:
     @app.command("tokenize")
     def tokenize_command(
@@ -92,7 +66,7 @@ def register(app: typer.Typer) -> None:
         from pydantic import ValidationError
         from rich.console import Console
 
-        from draftsmith.tokenize.pipeline import TokenizeOptions, tokenize_dataset
+        from draftsmith.tokenize.pipeline import TokenizeError, TokenizeOptions, tokenize_dataset
 
         try:
             options = TokenizeOptions(
@@ -118,7 +92,12 @@ def register(app: typer.Typer) -> None:
             )
             raise InputError(problems) from None
         console = Console(stderr=True)
-        summary = tokenize_dataset(inputs, tokenizer, out, options)
-        _render_summary(summary, console)
+        try:
+            summary = tokenize_dataset(inputs, tokenizer, out, options)
+        except TokenizeError as error:
+            if error.summary is not None:
+                error.summary.render(console)
+            raise
+        summary.render(console)
         if audit and _run_audit(out, tokenizer, console) is False:
             raise typer.Exit(1)

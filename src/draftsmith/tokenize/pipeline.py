@@ -29,7 +29,11 @@ FAIL_FAST_ROWS = 256
 
 
 class TokenizeError(DraftsmithError):
-    """Too many rows could not be masked correctly; the summary says which and why."""
+    """Too many rows could not be masked correctly (or none was written); `summary` says why."""
+
+    def __init__(self, message: str, summary: TokenizeSummary | None = None):
+        super().__init__(message)
+        self.summary = summary
 
 
 class TokenizeOptions(BaseModel):
@@ -96,6 +100,32 @@ class TokenizeSummary(BaseModel):
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+    def render(self, console) -> None:
+        """Print the counts as a rich table, one example per drop reason, and the verdict."""
+        from rich.table import Table
+
+        table = Table(title=f"tokenize -> {self.output_dir}", show_header=True)
+        table.add_column("what")
+        table.add_column("rows", justify="right")
+        table.add_row("input rows", str(self.input_rows))
+        table.add_row("written", str(self.written))
+        for method, count in sorted(self.by_method.items()):
+            table.add_row(f"  built by {method}", str(count))
+        table.add_row("  verified by decoding", str(self.verified))
+        if self.truncated:
+            table.add_row("  truncated to max length", str(self.truncated))
+        if self.kept_length:
+            table.add_row("  finish_reason length, kept", str(self.kept_length))
+        if self.end_of_turn_appended:
+            table.add_row("  end-of-turn appended to engine ids", str(self.end_of_turn_appended))
+        for reason, count in sorted(self.dropped.items()):
+            table.add_row(f"dropped: {reason}", str(count))
+        console.print(table)
+        for reason, examples in sorted(self.examples.items()):
+            for example in examples[:1]:
+                console.print(f"  e.g. {reason}: {example}", markup=False, highlight=False)
+        console.print(self.verdict(), markup=False, highlight=False)
 
     def verdict(self) -> str:
         drops = ", ".join(f"{reason} {count}" for reason, count in sorted(self.dropped.items())) or "none"
@@ -278,18 +308,16 @@ def tokenize_dataset(
             if summary.input_rows >= FAIL_FAST_ROWS and summary.written == 0 and errors == summary.input_rows:
                 summary.dropped, summary.errors = dict(dropped), errors
                 _finish(summary, writer, by_method, started, output)
-                raise TokenizeError(_error_message(summary, early=True))
+                raise TokenizeError(_error_message(summary, early=True), summary)
     summary.dropped = dict(dropped)
     summary.errors = sum(count for reason, count in dropped.items() if reason not in POLICY_REASONS)
     _finish(summary, writer, by_method, started, output)
     if summary.input_rows == 0:
         raise InputError(f"{', '.join(summary.inputs)}: no rows to tokenize")
     if summary.errors / summary.input_rows > options.max_error_share:
-        raise TokenizeError(_error_message(summary, early=False))
+        raise TokenizeError(_error_message(summary, early=False), summary)
     if summary.written == 0:
-        raise TokenizeError(
-            f"no row was written: {summary.verdict()}. Details in {output / SUMMARY_NAME}"
-        )
+        raise TokenizeError(f"no row was written: {summary.verdict()}. Details in {output / SUMMARY_NAME}", summary)
     return summary
 
 
