@@ -123,7 +123,7 @@ def test_existing_output_is_not_silently_replaced(tmp_path, tiny_target_dir):
     source = write_jsonl(tmp_path / "rows.jsonl", list(synthetic_conversations(5, seed=3)))
     out = tmp_path / "out"
     tokenize_dataset(source, tiny_target_dir, out, TokenizeOptions(workers=1, progress=False))
-    with pytest.raises(InputError, match="--overwrite"):
+    with pytest.raises(InputError, match="--resume to continue, --overwrite"):
         tokenize_dataset(source, tiny_target_dir, out, TokenizeOptions(workers=1, progress=False))
     again = tokenize_dataset(source, tiny_target_dir, out, TokenizeOptions(workers=1, overwrite=True, progress=False))
     assert again.written == 5 and len(list(out.glob("part-*.parquet"))) == 1
@@ -201,3 +201,24 @@ def test_cli_shows_the_summary_when_it_fails(tmp_path, tiny_target_dir, capsys):
     err = capsys.readouterr().err
     assert code == 2
     assert "dropped: no_assistant_turn" in err and "draftsmith: error: 5 of 5 rows could not be masked" in err
+
+
+def test_resume_skips_ids_already_written(tmp_path, tiny_target_dir):
+    rows = list(synthetic_conversations(30, seed=12))
+    first_part = write_jsonl(tmp_path / "first.jsonl", rows[:20])
+    everything = write_jsonl(tmp_path / "all.jsonl", rows)
+    out = tmp_path / "out"
+    options = TokenizeOptions(workers=1, rows_per_shard=8, progress=False)
+    tokenize_dataset(first_part, tiny_target_dir, out, options)
+    (out / ".part-00003.parquet.tmp").write_bytes(b"half a shard from a crash")
+    resumed = tokenize_dataset(everything, tiny_target_dir, out, options.model_copy(update={"resume": True, "workers": 2}))
+    assert resumed.previously_written == 20 and resumed.skipped_already_written == 20
+    assert resumed.written == 10 and resumed.input_rows == 30
+    assert resumed.shards == [f"part-{index:05d}.parquet" for index in range(5)]
+    assert not list(out.glob(".*.tmp"))
+    fresh = tmp_path / "fresh"
+    tokenize_dataset(everything, tiny_target_dir, fresh, options)
+    by_id = lambda table: dict(zip(table.column("id").to_pylist(), table.column("input_ids").to_pylist()))  # noqa: E731
+    assert by_id(read_shards(out)) == by_id(read_shards(fresh))
+    with pytest.raises(InputError, match="choose one"):
+        tokenize_dataset(everything, tiny_target_dir, out, options.model_copy(update={"resume": True, "overwrite": True}))

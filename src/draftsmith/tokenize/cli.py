@@ -59,6 +59,7 @@ def register(app: typer.Typer) -> None:
         rows_per_shard: int = typer.Option(10_000, min=1),
         max_error_share: float = typer.Option(0.01, help="Fail when more than this share of rows cannot be masked."),
         overwrite: bool = typer.Option(False, help="Replace shards an earlier run left in --out."),
+        resume: bool = typer.Option(False, help="Keep shards an earlier run left in --out and skip their ids."),
         audit: bool = typer.Option(True, help="Audit the written shards afterwards."),
         progress: bool = typer.Option(True, help="Show a progress bar."),
     ) -> None:
@@ -82,6 +83,7 @@ def register(app: typer.Typer) -> None:
                 workers=workers,
                 rows_per_shard=rows_per_shard,
                 overwrite=overwrite,
+                resume=resume,
                 max_error_share=max_error_share,
                 progress=progress,
             )

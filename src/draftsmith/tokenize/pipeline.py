@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 from draftsmith.errors import DraftsmithError, InputError
 from draftsmith.tokenize.masking import POLICY_REASONS, ChatMasker, MaskedRow, MaskerConfig, RowDropped
 from draftsmith.tokenize.readers import RawRecord, count_rows, expand_inputs, iter_records, normalize_row
-from draftsmith.tokenize.writer import SUMMARY_NAME, ShardWriter, prepare_output_dir, write_json_atomic
+from draftsmith.tokenize.writer import SUMMARY_NAME, ShardWriter, prepare_output_dir, write_json_atomic, written_ids
 
 EXAMPLES_PER_REASON = 3
 # Give up early when a template cannot mask anything: no point tokenizing a million rows to drop them.
@@ -52,6 +52,7 @@ class TokenizeOptions(BaseModel):
     chunk_size: int = Field(default=64, ge=1)
     rows_per_shard: int = Field(default=10_000, ge=1)
     overwrite: bool = False
+    resume: bool = False
     max_error_share: float = Field(default=0.01, ge=0.0, le=1.0)
     progress: bool = True
 
@@ -79,6 +80,8 @@ class TokenizeSummary(BaseModel):
     inputs: list[str]
     input_rows: int = 0
     written: int = 0
+    previously_written: int = 0
+    skipped_already_written: int = 0
     dropped: dict[str, int] = Field(default_factory=dict)
     errors: int = 0
     by_method: dict[str, int] = Field(default_factory=dict)
@@ -109,6 +112,8 @@ class TokenizeSummary(BaseModel):
         table.add_column("what")
         table.add_column("rows", justify="right")
         table.add_row("input rows", str(self.input_rows))
+        if self.previously_written:
+            table.add_row("already in the output (resumed)", str(self.skipped_already_written))
         table.add_row("written", str(self.written))
         for method, count in sorted(self.by_method.items()):
             table.add_row(f"  built by {method}", str(count))
@@ -130,8 +135,9 @@ class TokenizeSummary(BaseModel):
     def verdict(self) -> str:
         drops = ", ".join(f"{reason} {count}" for reason, count in sorted(self.dropped.items())) or "none"
         share = self.trainable_tokens / self.total_tokens if self.total_tokens else 0.0
+        resumed = f" (resumed: {self.previously_written} rows were already there)" if self.previously_written else ""
         return (
-            f"wrote {self.written} of {self.input_rows} rows in {len(self.shards)} shard(s), "
+            f"wrote {self.written} of {self.input_rows} rows{resumed} in {len(self.shards)} shard(s), "
             f"{self.total_tokens} tokens ({share:.1%} trained); dropped: {drops}"
         )
 
@@ -140,24 +146,33 @@ class TokenizeSummary(BaseModel):
 class ChunkResult:
     rows: list[MaskedRow] = field(default_factory=list)
     drops: list[tuple[str, str, str, str]] = field(default_factory=list)  # reason, id, where, detail
+    skipped: int = 0  # already in the output (resume)
 
 
 _WORKER_MASKER: ChatMasker | None = None
+_WORKER_SKIP_IDS: frozenset[str] = frozenset()
 
 
-def _init_worker(tokenizer_path: str, config: MaskerConfig) -> None:
-    global _WORKER_MASKER
+def _init_worker(tokenizer_path: str, config: MaskerConfig, skip_ids: frozenset[str]) -> None:
+    global _WORKER_MASKER, _WORKER_SKIP_IDS
+    _WORKER_SKIP_IDS = skip_ids
     # The worker processes are the parallelism; tokenizers' own threads would oversubscribe.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     _WORKER_MASKER = ChatMasker.from_path(tokenizer_path, config)
 
 
-def process_chunk(records: list[RawRecord], masker: ChatMasker | None = None) -> ChunkResult:
+def process_chunk(
+    records: list[RawRecord], masker: ChatMasker | None = None, skip_ids: frozenset[str] | None = None
+) -> ChunkResult:
     masker = masker or _WORKER_MASKER
+    skip_ids = _WORKER_SKIP_IDS if skip_ids is None else skip_ids
     assert masker is not None, "process_chunk needs a masker (workers get one from _init_worker)"
     result = ChunkResult()
     for record in records:
         row = normalize_row(record)  # InputError propagates: malformed input stops the run
+        if row["id"] in skip_ids:
+            result.skipped += 1
+            continue
         try:
             result.rows.append(masker.build(row))
         except RowDropped as dropped:
@@ -177,12 +192,13 @@ def _chunked(records: Iterable[RawRecord], size: int) -> Iterator[list[RawRecord
 
 
 def _run_chunks(
-    chunks: Iterator[list[RawRecord]], tokenizer_path: str, config: MaskerConfig, workers: int
+    chunks: Iterator[list[RawRecord]], tokenizer_path: str, config: MaskerConfig, workers: int,
+    skip_ids: frozenset[str],
 ) -> Iterator[ChunkResult]:
     if workers <= 1:
         masker = ChatMasker.from_path(tokenizer_path, config)
         for chunk in chunks:
-            yield process_chunk(chunk, masker)
+            yield process_chunk(chunk, masker, skip_ids)
         return
     import multiprocessing
 
@@ -194,7 +210,7 @@ def _run_chunks(
         max_workers=workers,
         mp_context=multiprocessing.get_context(method),
         initializer=_init_worker,
-        initargs=(tokenizer_path, config),
+        initargs=(tokenizer_path, config, skip_ids),  # fork: the id set is inherited, not copied
     )
     pending: deque = deque()
     try:
@@ -253,13 +269,16 @@ def tokenize_dataset(
     and `tokenize_summary.json` are written either way.
     """
     options = options or TokenizeOptions()
+    if options.resume and options.overwrite:
+        raise InputError("choose one of resume and overwrite")
     if isinstance(inputs, (str, Path)):
         inputs = [inputs]
     paths = expand_inputs(inputs)
     output = Path(output_dir)
     tokenizer_path = str(tokenizer_path)
     ChatMasker.from_path(tokenizer_path, options.masker_config())  # fail on a bad tokenizer before any work
-    prepare_output_dir(output, options.overwrite)
+    existing = prepare_output_dir(output, options.overwrite, options.resume)
+    skip_ids = frozenset(written_ids(output, existing))
     workers = options.workers or max(1, min(os.cpu_count() or 1, 8))
 
     summary = TokenizeSummary(
@@ -270,8 +289,9 @@ def tokenize_dataset(
     )
     dropped: Counter[str] = Counter()
     by_method: Counter[str] = Counter()
+    summary.previously_written = len(skip_ids)
     seen_ids: set[str] = set()
-    writer = ShardWriter(output, options.rows_per_shard)
+    writer = ShardWriter(output, options.rows_per_shard, existing)
     started = time.perf_counter()
     total = count_rows(paths) if options.progress else None
 
@@ -284,7 +304,8 @@ def tokenize_dataset(
     with _progress(options.progress, total) as progress:
         task = progress.add_task("", total=total)
         chunks = _chunked(iter_records(paths), options.chunk_size)
-        for result in _run_chunks(chunks, tokenizer_path, options.masker_config(), workers):
+        for result in _run_chunks(chunks, tokenizer_path, options.masker_config(), workers, skip_ids):
+            summary.skipped_already_written += result.skipped
             for reason, row_id, where, detail in result.drops:
                 drop(reason, row_id, where, detail)
             for row in result.rows:
@@ -301,7 +322,7 @@ def tokenize_dataset(
                 summary.end_of_turn_appended += row.end_of_turn_appended
                 summary.total_tokens += len(row.input_ids)
                 summary.trainable_tokens += int(row.loss_mask.sum())
-            processed = len(result.rows) + len(result.drops)
+            processed = len(result.rows) + len(result.drops) + result.skipped
             summary.input_rows += processed
             progress.update(task, advance=processed, description=f"dropped {sum(dropped.values())}")
             errors = sum(count for reason, count in dropped.items() if reason not in POLICY_REASONS)
@@ -316,7 +337,7 @@ def tokenize_dataset(
         raise InputError(f"{', '.join(summary.inputs)}: no rows to tokenize")
     if summary.errors / summary.input_rows > options.max_error_share:
         raise TokenizeError(_error_message(summary, early=False), summary)
-    if summary.written == 0:
+    if summary.written == 0 and summary.skipped_already_written == 0:
         raise TokenizeError(f"no row was written: {summary.verdict()}. Details in {output / SUMMARY_NAME}", summary)
     return summary
 

@@ -46,28 +46,49 @@ def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     os.replace(temporary, path)
 
 
-def prepare_output_dir(output_dir: Path, overwrite: bool) -> None:
-    """Create the directory; refuse to mix with an earlier run's shards unless told to replace them."""
+def prepare_output_dir(output_dir: Path, overwrite: bool, resume: bool = False) -> list[str]:
+    """Create the directory and return the shards to keep.
+
+    An earlier run's shards are never mixed in silently: `resume` keeps them (their ids are then
+    skipped), `overwrite` deletes them, and otherwise this refuses.
+    """
     output_dir.mkdir(parents=True, exist_ok=True)
-    previous = sorted(output_dir.glob("part-*.parquet")) + sorted(output_dir.glob(SUMMARY_NAME))
-    if previous and not overwrite:
+    shards = sorted(path.name for path in output_dir.glob("part-*.parquet"))
+    summary = output_dir / SUMMARY_NAME
+    for stale in sorted(output_dir.glob(".part-*.parquet.tmp")):
+        stale.unlink()  # a shard that an interrupted run never renamed into place
+    if resume:
+        expected = [SHARD_PATTERN.format(index=index) for index in range(len(shards))]
+        if shards != expected:
+            raise InputError(f"{output_dir}: shards are not numbered 0..{len(shards) - 1}; cannot resume")
+        return shards
+    if (shards or summary.exists()) and not overwrite:
         raise InputError(
-            f"{output_dir}: already holds tokenized shards ({len(previous)} files); "
-            "pass --overwrite to replace them or choose another output directory"
+            f"{output_dir}: already holds tokenized shards ({len(shards)} files); pass --resume to "
+            "continue, --overwrite to replace them, or choose another output directory"
         )
-    for path in previous + sorted(output_dir.glob(".part-*.parquet.tmp")):
-        path.unlink()
+    for name in shards:
+        (output_dir / name).unlink()
+    summary.unlink(missing_ok=True)
+    return []
+
+
+def written_ids(output_dir: Path, shards: list[str]) -> set[str]:
+    ids: set[str] = set()
+    for name in shards:
+        ids.update(pq.read_table(output_dir / name, columns=["id"]).column("id").to_pylist())
+    return ids
 
 
 class ShardWriter:
     """Buffers rows and writes `rows_per_shard` of them per Parquet shard."""
 
-    def __init__(self, output_dir: Path, rows_per_shard: int = 10_000):
+    def __init__(self, output_dir: Path, rows_per_shard: int = 10_000, existing: list[str] | None = None):
         if rows_per_shard < 1:
             raise InputError("rows per shard must be at least 1")
         self.output_dir = output_dir
         self.rows_per_shard = rows_per_shard
-        self.shards: list[str] = []
+        self.shards: list[str] = list(existing or [])  # new shards are numbered after these
         self._ids: list[str] = []
         self._input_ids: list[np.ndarray] = []
         self._loss_masks: list[np.ndarray] = []
