@@ -344,3 +344,28 @@ def test_enable_thinking_false_prompt_gives_the_same_mask(make_masker):
     no_thinking = make_masker(chat_template_kwargs=(("enable_thinking", False),)).build(row(messages))
     assert no_thinking.input_ids.tolist() == default.input_ids.tolist()
     assert no_thinking.loss_mask.tolist() == default.loss_mask.tolist()
+
+
+def test_end_of_turn_from_generation_config_or_option(tmp_path, tiny_target_dir, tiny_tokenizer):
+    import json as _json
+
+    from draftsmith.errors import InputError
+    from draftsmith.tokenize.masking import ChatMasker, MaskerConfig
+
+    # A Llama-3-like setup: turns end with a token that is not the tokenizer's eos.
+    template = CHATML_TEMPLATE.replace("'<|im_end|>\\n'", "'<|endoftext|>\\n'")
+    tokenizer = tokenizer_with_template(tiny_target_dir, template)
+    messages = [USER, assistant(reasoning="")]
+    with pytest.raises(RowDropped) as caught:
+        ChatMasker(tokenizer, MaskerConfig(), tiny_target_dir).build(row(messages))
+    assert caught.value.reason == "no_end_of_turn"
+    end_id = tiny_tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    (tmp_path / "generation_config.json").write_text(_json.dumps({"eos_token_id": [tiny_tokenizer.eos_token_id, end_id]}))
+    for masker in (
+        ChatMasker(tokenizer, MaskerConfig(), tmp_path),
+        ChatMasker(tokenizer, MaskerConfig(end_of_turn_tokens=("<|endoftext|>",)), tiny_target_dir),
+    ):
+        built = masker.build(row(messages))
+        assert trained_text(masker, built) == f"{ANSWER}<|endoftext|>"
+    with pytest.raises(InputError, match="not in the tokenizer"):
+        ChatMasker(tokenizer, MaskerConfig(end_of_turn_tokens=("<|nope|>",)), tiny_target_dir)
