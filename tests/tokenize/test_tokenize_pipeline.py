@@ -51,6 +51,7 @@ def test_tokenize_dataset_writes_contract_shards_and_counts(tmp_path, tiny_targe
     assert summary.shards == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
     assert "prompt-only" in summary.examples["no_assistant_turn"][0]
     assert f"{source}:42" in summary.examples["no_assistant_turn"][0]
+    assert summary.examples["duplicate_id"][0].startswith(f"{source}:41 ")
 
     table = read_shards(out)
     assert table.schema.field("id").type == pa.string()

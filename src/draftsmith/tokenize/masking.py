@@ -75,6 +75,7 @@ class MaskedRow:
     verified: bool = False
     truncated: bool = False
     end_of_turn_appended: bool = False
+    where: str = ""  # file:line of the input row
 
 
 @dataclass(frozen=True)

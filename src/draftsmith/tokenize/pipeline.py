@@ -174,7 +174,9 @@ def process_chunk(
             result.skipped += 1
             continue
         try:
-            result.rows.append(masker.build(row))
+            built = masker.build(row)
+            built.where = record.where
+            result.rows.append(built)
         except RowDropped as dropped:
             result.drops.append((dropped.reason, row["id"], record.where, dropped.detail))
     return result
@@ -310,7 +312,7 @@ def tokenize_dataset(
                 drop(reason, row_id, where, detail)
             for row in result.rows:
                 if row.id in seen_ids:
-                    drop("duplicate_id", row.id, "", "an earlier row has the same id; kept the first")
+                    drop("duplicate_id", row.id, row.where, "an earlier row has the same id; kept the first")
                     continue
                 seen_ids.add(row.id)
                 writer.add(row.id, row.input_ids, row.loss_mask, row.finish_reason)
