@@ -223,3 +223,25 @@ def test_resume_skips_ids_already_written(tmp_path, tiny_target_dir):
     assert by_id(read_shards(out)) == by_id(read_shards(fresh))
     with pytest.raises(InputError, match="choose one"):
         tokenize_dataset(everything, tiny_target_dir, out, options.model_copy(update={"resume": True, "overwrite": True}))
+
+
+def test_sharegpt_parquet_input_end_to_end(tmp_path, tiny_target_dir, tiny_tokenizer):
+    rows = [
+        {
+            "id": f"sg-{index}",
+            "conversations": [
+                {"from": "system", "value": "You are a helpful assistant."},
+                {"from": "human", "value": f"Count from 1 to {index + 3}."},
+                {"from": "gpt", "value": f"<think>\nI count up.\n</think>\n\nHere is the count: {index + 3}."},
+            ],
+        }
+        for index in range(6)
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "sharegpt.parquet")
+    summary = tokenize_dataset(tmp_path / "sharegpt.parquet", tiny_target_dir, tmp_path / "out",
+                               TokenizeOptions(workers=2, chunk_size=2, progress=False))
+    assert summary.written == 6
+    table = read_shards(tmp_path / "out")
+    for index, (input_ids, loss_mask) in enumerate(zip(table.column("input_ids").to_pylist(), table.column("loss_mask").to_pylist())):
+        trained = [token for token, keep in zip(input_ids, loss_mask) if keep]
+        assert tiny_tokenizer.decode(trained) == f"<think>\nI count up.\n</think>\n\nHere is the count: {index + 3}.<|im_end|>"
