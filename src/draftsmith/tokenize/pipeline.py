@@ -7,6 +7,7 @@ input. Results come back in input order, so the shards do not depend on the work
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections import Counter, deque
@@ -193,20 +194,15 @@ def _chunked(records: Iterable[RawRecord], size: int) -> Iterator[list[RawRecord
         yield chunk
 
 
-def _run_chunks(
-    chunks: Iterator[list[RawRecord]], tokenizer_path: str, config: MaskerConfig, workers: int,
-    skip_ids: frozenset[str],
-) -> Iterator[ChunkResult]:
+def _start_pool(tokenizer_path: str, config: MaskerConfig, workers: int, skip_ids: frozenset[str]):
+    """Worker processes, started now: before the progress bar's thread exists, so a fork copies
+    no thread's held lock. None when the work runs in this process."""
     if workers <= 1:
-        masker = ChatMasker.from_path(tokenizer_path, config)
-        for chunk in chunks:
-            yield process_chunk(chunk, masker, skip_ids)
-        return
+        return None
     import multiprocessing
 
     # fork where there is one: spawn would re-import the caller's script in every worker (scripts
-    # without a __main__ guard break) and pay the transformers import per worker. The workers only
-    # build their own tokenizer and never touch the parent's threads (rich's refresh thread).
+    # without a __main__ guard break) and pay the transformers import per worker.
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     pool = ProcessPoolExecutor(
         max_workers=workers,
@@ -214,16 +210,25 @@ def _run_chunks(
         initializer=_init_worker,
         initargs=(tokenizer_path, config, skip_ids),  # fork: the id set is inherited, not copied
     )
-    pending: deque = deque()
-    try:
+    pool.submit(int).result()  # with fork, the first submit starts every worker
+    return pool
+
+
+def _run_chunks(
+    chunks: Iterator[list[RawRecord]], pool: ProcessPoolExecutor | None, masker: ChatMasker,
+    workers: int, skip_ids: frozenset[str],
+) -> Iterator[ChunkResult]:
+    if pool is None:
         for chunk in chunks:
-            pending.append(pool.submit(process_chunk, chunk))
-            if len(pending) >= 4 * workers:
-                yield pending.popleft().result()
-        while pending:
+            yield process_chunk(chunk, masker, skip_ids)
+        return
+    pending: deque = deque()
+    for chunk in chunks:
+        pending.append(pool.submit(process_chunk, chunk))
+        if len(pending) >= 4 * workers:
             yield pending.popleft().result()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    while pending:
+        yield pending.popleft().result()
 
 
 def _progress(enabled: bool, total: int | None):
@@ -278,7 +283,7 @@ def tokenize_dataset(
     paths = expand_inputs(inputs)
     output = Path(output_dir)
     tokenizer_path = str(tokenizer_path)
-    ChatMasker.from_path(tokenizer_path, options.masker_config())  # fail on a bad tokenizer before any work
+    masker = ChatMasker.from_path(tokenizer_path, options.masker_config())  # a bad tokenizer fails here
     existing = prepare_output_dir(output, options.overwrite, options.resume)
     skip_ids = frozenset(written_ids(output, existing))
     workers = options.workers or max(1, min(os.cpu_count() or 1, 8))
@@ -303,10 +308,14 @@ def tokenize_dataset(
         if len(examples) < EXAMPLES_PER_REASON:
             examples.append(f"{where} ({row_id}): {detail}")
 
-    with _progress(options.progress, total) as progress:
+    pool = _start_pool(tokenizer_path, options.masker_config(), workers, skip_ids)
+    with contextlib.ExitStack() as stack:
+        if pool is not None:
+            stack.callback(pool.shutdown, wait=True, cancel_futures=True)
+        progress = stack.enter_context(_progress(options.progress, total))
         task = progress.add_task("", total=total)
         chunks = _chunked(iter_records(paths), options.chunk_size)
-        for result in _run_chunks(chunks, tokenizer_path, options.masker_config(), workers, skip_ids):
+        for result in _run_chunks(chunks, pool, masker, workers, skip_ids):
             summary.skipped_already_written += result.skipped
             for reason, row_id, where, detail in result.drops:
                 drop(reason, row_id, where, detail)
