@@ -45,6 +45,10 @@ STAGE_MODULES = (
 for _stage in STAGE_MODULES:
     importlib.import_module(f"draftsmith.{_stage}.cli").register(app)
 
+from draftsmith.tokenize.cli import register as _register_tokenize  # noqa: E402
+
+_register_tokenize(app)
+
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for the console script; returns the process exit code."""

@@ -1,0 +1,438 @@
+"""Turn one conversation into `input_ids` + `loss_mask`, exactly, for thinking-model templates.
+
+`loss_mask[i] == 1` means token `input_ids[i]` is a label: it is aligned with `input_ids`, not
+shifted (the trainer shifts). It is 1 exactly on what the model generated in the trained assistant
+turn(s): the reasoning with its `<think>` delimiters, the answer, and the end-of-turn token; 0 on
+system/user/tool text, role headers, the newline after end-of-turn, and a template-inserted empty
+`<think>\\n\\n</think>\\n\\n` (when the reasoning is empty the model did not write that block: it is
+what `enable_thinking=False` pre-fills in the prompt).
+
+How spans are found, without searching for message text in the rendering:
+
+* The turn starts where the template's generation prompt ends: the rendering of the messages
+  before it with `add_generation_prompt=True` must be a prefix of the full rendering.
+* For an empty reasoning, the scaffold the template inserts before the content is measured by
+  rendering the turn with two different one-character probe contents: their common part after
+  the generation prompt is template text, skipped when the real rendering starts with it.
+* The turn ends at its first end-of-turn token (tokenizer eos and `generation_config.json` eos ids).
+* Character positions map to tokens through the fast tokenizer's offsets; a boundary falling
+  inside a token drops the row instead of shifting the mask.
+* Templates with `{% generation %}` markers: the markers' assistant mask is intersected with the
+  spans above (so a template that marks its scaffolding, or every turn, cannot leak into the mask).
+
+Every row (or a `verify_share` sample, chosen by id) is verified by decoding the trained tokens:
+they must equal the rendered text, end with end-of-turn, end with the content (or contain it,
+before Qwen-style `<tool_call>` blocks, which are trained too), contain the reasoning after it,
+and be the content alone when the reasoning is empty. All-zeros and all-ones masks, and a final
+turn whose reasoning the template does not render, are always dropped, counted by reason.
+
+Which turns: `final` (default) trains the last assistant turn only; it is rendered exactly as the
+model saw it when generating, thinking included. `all` trains every assistant turn as the template
+renders it in the full conversation: Qwen3-style templates drop the reasoning of turns before the
+last user message, so those turns supervise only their answers (text the model produced after a
+thinking block that is no longer there).
+
+Rows with engine token ids (`prompt_token_ids` + `completion_token_ids`) skip the template: the
+row is exactly what the engine saw and produced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from draftsmith.errors import InputError
+
+GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
+PROBE_CONTENTS = ("A", "B")
+
+# Drop reasons. Policy drops are choices the user made; the others are data or template problems.
+POLICY_REASONS = frozenset({"finish_reason_length", "overflow", "truncated_no_trainable", "duplicate_id"})
+
+
+class RowDropped(Exception):
+    """This row cannot become a training row; `reason` is a stable key counted in the summary."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass
+class MaskedRow:
+    id: str
+    input_ids: np.ndarray  # int32
+    loss_mask: np.ndarray  # int8, aligned with input_ids
+    finish_reason: str | None
+    method: str  # "template_prefix" | "generation_markers" | "engine_token_ids"
+    verified: bool = False
+    truncated: bool = False
+    end_of_turn_appended: bool = False
+    where: str = ""  # file:line of the input row
+
+
+@dataclass(frozen=True)
+class MaskerConfig:
+    train_turns: str = "final"  # "final" | "all"
+    length_policy: str = "drop"  # "drop" | "keep"
+    max_length: int | None = None
+    overflow: str = "drop"  # "drop" | "truncate"
+    verify_share: float = 1.0
+    use_engine_token_ids: bool = True
+    use_generation_markers: bool = True
+    end_of_turn_tokens: tuple[str, ...] = ()
+    chat_template_kwargs: tuple[tuple[str, Any], ...] = ()
+
+
+def load_tokenizer(tokenizer_path: str | Path):
+    """A fast tokenizer with a chat template (offsets are needed to map characters to tokens)."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path))
+    except Exception as error:
+        raise InputError(f"{tokenizer_path}: cannot load a tokenizer: {error}") from error
+    if not getattr(tokenizer, "is_fast", False):
+        raise InputError(f"{tokenizer_path}: a fast tokenizer (tokenizer.json) is needed for token offsets")
+    if not tokenizer.chat_template:
+        raise InputError(f"{tokenizer_path}: the tokenizer has no chat template")
+    return tokenizer
+
+
+def _generation_config_eos(tokenizer_path: str | Path | None) -> list[int]:
+    if tokenizer_path is None:
+        return []
+    path = Path(tokenizer_path) / "generation_config.json"
+    if not path.is_file():
+        return []
+    value = json.loads(path.read_text()).get("eos_token_id")
+    if value is None:
+        return []
+    return [value] if isinstance(value, int) else [int(item) for item in value]
+
+
+def _template_text(tokenizer) -> str:
+    template = tokenizer.chat_template
+    if isinstance(template, dict):
+        template = template.get("default", next(iter(template.values()), ""))
+    return template or ""
+
+
+def _should_verify(row_id: str, share: float) -> bool:
+    """Deterministic sampling by id, so a rerun verifies the same rows."""
+    if share >= 1.0:
+        return True
+    if share <= 0.0:
+        return False
+    digest = int.from_bytes(hashlib.blake2b(row_id.encode(), digest_size=8).digest(), "big")
+    return digest / 2**64 < share
+
+
+class ChatMasker:
+    """Builds training rows for one tokenizer; create once per process (the template compiles once)."""
+
+    def __init__(self, tokenizer, config: MaskerConfig = MaskerConfig(), tokenizer_path: str | Path | None = None):
+        self.tokenizer = tokenizer
+        self.config = config
+        self.template_kwargs = dict(config.chat_template_kwargs)
+        eot_ids = set(_generation_config_eos(tokenizer_path))
+        if tokenizer.eos_token_id is not None:
+            eot_ids.add(int(tokenizer.eos_token_id))
+        for token in config.end_of_turn_tokens:
+            token_id = tokenizer.convert_tokens_to_ids(token)
+            if token_id is None or token_id == tokenizer.unk_token_id:
+                raise InputError(f"end-of-turn token {token!r} is not in the tokenizer's vocabulary")
+            eot_ids.add(int(token_id))
+        if not eot_ids:
+            raise InputError("the tokenizer has no eos token; pass the end-of-turn token explicitly")
+        self.end_of_turn_ids = frozenset(eot_ids)
+        self.primary_end_of_turn = (
+            int(tokenizer.eos_token_id) if tokenizer.eos_token_id is not None else min(eot_ids)
+        )
+        self.vocab_size = len(tokenizer)
+        self.backend = tokenizer.backend_tokenizer
+        self.has_generation_markers = bool(GENERATION_MARKER.search(_template_text(tokenizer)))
+
+    @classmethod
+    def from_path(cls, tokenizer_path: str | Path, config: MaskerConfig = MaskerConfig()) -> ChatMasker:
+        return cls(load_tokenizer(tokenizer_path), config, tokenizer_path)
+
+    # -- public -------------------------------------------------------------------------------
+
+    def build(self, row: dict[str, Any]) -> MaskedRow:
+        """The training row for a normalized conversation, or `RowDropped` saying why not."""
+        config = self.config
+        finish_reason = row.get("finish_reason")
+        truncated_generation = finish_reason == "length"
+        if truncated_generation and config.length_policy == "drop":
+            raise RowDropped("finish_reason_length", "generation hit max_tokens (length policy: drop)")
+        verify = _should_verify(row["id"], config.verify_share)
+        if (
+            config.use_engine_token_ids
+            and row.get("prompt_token_ids")
+            and row.get("completion_token_ids")
+        ):
+            built = self._from_engine_ids(row, verify, truncated_generation)
+        else:
+            built = self._from_template(row, verify, truncated_generation)
+        return self._apply_max_length(built)
+
+    # -- engine token ids -------------------------------------------------------------------
+
+    def _from_engine_ids(self, row: dict[str, Any], verify: bool, truncated_generation: bool) -> MaskedRow:
+        prompt = row["prompt_token_ids"]
+        completion = list(row["completion_token_ids"])
+        for key, ids in (("prompt_token_ids", prompt), ("completion_token_ids", completion)):
+            if min(ids) < 0 or max(ids) >= self.vocab_size:
+                raise RowDropped(
+                    "engine_ids_invalid",
+                    f"{key} has ids outside the tokenizer's vocabulary (size {self.vocab_size}): "
+                    "were they produced by another model?",
+                )
+        appended = False
+        # A finished turn ends with end-of-turn so the drafter learns to stop; engines differ on
+        # whether they return it. A generation cut by max_tokens never produced it.
+        if not truncated_generation and completion[-1] not in self.end_of_turn_ids:
+            completion.append(self.primary_end_of_turn)
+            appended = True
+        if verify:
+            final = row["messages"][-1]
+            content = final.get("content", "").strip() if final.get("role") == "assistant" else ""
+            decoded = self.tokenizer.decode(completion, skip_special_tokens=True)
+            if content and content not in decoded:
+                raise RowDropped(
+                    "engine_ids_mismatch",
+                    "completion_token_ids do not decode to the final assistant content",
+                )
+        input_ids = np.asarray(list(prompt) + completion, dtype=np.int32)
+        loss_mask = np.zeros(len(input_ids), dtype=np.int8)
+        loss_mask[len(prompt) :] = 1
+        return MaskedRow(
+            row["id"], input_ids, loss_mask, row.get("finish_reason"), "engine_token_ids",
+            verified=verify, end_of_turn_appended=appended,
+        )
+
+    # -- chat template ------------------------------------------------------------------------
+
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = False) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **self.template_kwargs
+        )
+
+    def _empty_reasoning_scaffold(self, before: list[dict[str, Any]], message: dict[str, Any], prompt: str) -> str:
+        """Template text between the generation prompt and the content when reasoning is empty."""
+        tails = []
+        for probe in PROBE_CONTENTS:
+            probe_message = {**message, "content": probe, "reasoning_content": ""}
+            rendered = self.render(before + [probe_message])
+            if not rendered.startswith(prompt):
+                return ""
+            tails.append(rendered[len(prompt) :])
+        common = 0
+        for left, right in zip(*tails):
+            if left != right:
+                break
+            common += 1
+        return tails[0][:common]
+
+    def _from_template(self, row: dict[str, Any], verify: bool, truncated_generation: bool) -> MaskedRow:
+        messages = row["messages"]
+        if messages[-1]["role"] != "assistant":
+            raise RowDropped("no_assistant_turn", "the conversation does not end with an assistant message")
+        final = messages[-1]
+        if not (final["content"].strip() or final.get("reasoning_content", "").strip() or final.get("tool_calls")):
+            raise RowDropped("empty_assistant", "the final assistant message has no content, reasoning or tool calls")
+        if self.config.train_turns == "all":
+            turns = [i for i, message in enumerate(messages) if message["role"] == "assistant" and i > 0]
+        else:
+            turns = [len(messages) - 1]
+        if not turns or turns[-1] == 0:
+            raise RowDropped("no_assistant_turn", "the assistant message has no prompt before it")
+
+        text = self.render(messages)
+        # The Rust tokenizer directly: same ids and offsets as tokenizer(text), without the wrapper's
+        # per-call overhead (a third of the time per row otherwise).
+        encoding = self.backend.encode(text, add_special_tokens=False)
+        input_ids = np.asarray(encoding.ids, dtype=np.int32)
+        offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
+        starts = offsets[:, 0]
+        is_end_of_turn = np.zeros(len(input_ids), dtype=bool)
+        for token_id in self.end_of_turn_ids:  # a handful of ids: cheaper than np.isin per row
+            is_end_of_turn |= input_ids == token_id
+
+        spans: list[tuple[int, int, int]] = []  # (message index, first token, end token exclusive)
+        for index in turns:
+            before = messages[:index]
+            prompt = self.render(before, add_generation_prompt=True)
+            if not text.startswith(prompt):
+                raise RowDropped(
+                    "template_mismatch",
+                    f"rendering messages[:{index}] with add_generation_prompt=True is not a prefix of "
+                    "the rendered conversation, so the assistant turn cannot be located"
+                    + (" (try --train-turns final)" if index != len(messages) - 1 else ""),
+                )
+            start_char = len(prompt)
+            if not messages[index].get("reasoning_content", "").strip():
+                scaffold = self._empty_reasoning_scaffold(before, messages[index], prompt)
+                if scaffold and text.startswith(scaffold, start_char):
+                    start_char += len(scaffold)
+            first = int(np.searchsorted(starts, start_char, side="left"))
+            if first >= len(input_ids) or starts[first] != start_char or (first > 0 and offsets[first - 1, 1] > start_char):
+                raise RowDropped(
+                    "span_misaligned",
+                    f"assistant turn {index} starts inside a token (character {start_char}); "
+                    "the mask would be off by one token",
+                )
+            later = np.flatnonzero(is_end_of_turn[first:])
+            if len(later) == 0:
+                raise RowDropped(
+                    "no_end_of_turn",
+                    f"assistant turn {index} has no end-of-turn token "
+                    f"(ids {sorted(self.end_of_turn_ids)}); pass --end-of-turn",
+                )
+            end = first + int(later[0]) + 1
+            if index == len(messages) - 1 and int(is_end_of_turn[end:].sum()) != 0:
+                raise RowDropped(
+                    "end_of_turn_in_content",
+                    "the final assistant turn contains an end-of-turn token inside its text",
+                )
+            if index == len(messages) - 1 and final.get("reasoning_content", "").strip():
+                turn_text = text[int(offsets[first, 0]) : int(offsets[end - 1, 1])]
+                if final["reasoning_content"].strip() not in turn_text:
+                    raise RowDropped(
+                        "reasoning_not_rendered",
+                        "the chat template does not render the final turn's reasoning_content, so the "
+                        "thinking would be lost (is this the target model's own template?)",
+                    )
+            spans.append((index, first, end))
+
+        loss_mask = np.zeros(len(input_ids), dtype=np.int8)
+        for _, first, end in spans:
+            loss_mask[first:end] = 1
+        method = "template_prefix"
+        if self.config.use_generation_markers and self.has_generation_markers:
+            method = "generation_markers"
+            markers = self._generation_markers(messages, input_ids)
+            for _, first, end in spans:
+                turn = markers[first:end].copy()
+                turn[end - first - 1] = 1  # the end-of-turn token is always a label
+                loss_mask[first:end] = turn
+
+        if truncated_generation:
+            # Kept despite hitting max_tokens: the model never wrote what the template closes the
+            # turn with, so cut the sequence right after the last generated text.
+            _, first, end = spans[-1]
+            cut = self._truncated_generation_end(text, offsets, first, end, final)
+            input_ids, loss_mask, offsets = input_ids[:cut], loss_mask[:cut], offsets[:cut]
+            spans[-1] = (spans[-1][0], first, cut)
+
+        total = int(loss_mask.sum())
+        if total == 0:
+            raise RowDropped("mask_all_zeros", "no token is trained in this row")
+        if total == len(loss_mask):
+            raise RowDropped("mask_all_ones", "every token is trained, the prompt included")
+        if verify:
+            for index, first, end in spans:
+                self._verify_turn(
+                    text, input_ids, loss_mask, offsets, messages, index, first, end,
+                    final_turn=index == len(messages) - 1,
+                    closed=not (truncated_generation and index == len(messages) - 1),
+                )
+        return MaskedRow(row["id"], input_ids, loss_mask, row.get("finish_reason"), method, verified=verify)
+
+    def _generation_markers(self, messages: list[dict[str, Any]], input_ids: np.ndarray) -> np.ndarray:
+        encoded = self.tokenizer.apply_chat_template(
+            messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True, **self.template_kwargs
+        )
+        if list(encoded["input_ids"]) != input_ids.tolist():
+            raise RowDropped(
+                "template_mismatch", "the generation-marker rendering differs from the plain rendering"
+            )
+        return np.asarray(encoded["assistant_masks"], dtype=np.int8)
+
+    def _truncated_generation_end(self, text, offsets, first: int, end: int, final: dict[str, Any]) -> int:
+        """Token index to cut a max_tokens-truncated final turn at (exclusive)."""
+        cut_char = int(offsets[end - 1, 0])  # drop the end-of-turn token the template added
+        if not final["content"].strip():
+            # Cut inside the reasoning: drop the closing `</think>` scaffold as well.
+            reasoning = final.get("reasoning_content", "").strip()
+            region = text[int(offsets[first, 0]) : cut_char]
+            position = region.rfind(reasoning)
+            if position >= 0:
+                cut_char = int(offsets[first, 0]) + position + len(reasoning)
+        cut = int(np.searchsorted(offsets[:, 0], cut_char, side="left"))
+        return max(cut, first + 1)
+
+    def _verify_turn(
+        self, text, input_ids, loss_mask, offsets, messages, index, first, end, final_turn: bool, closed: bool
+    ) -> None:
+        """Decode the trained tokens of one turn and check they are exactly the assistant's text."""
+        positions = first + np.flatnonzero(loss_mask[first:end])
+        decoded = self.backend.decode(input_ids[positions].tolist(), skip_special_tokens=False)
+        if len(positions) and positions[-1] - positions[0] + 1 == len(positions):
+            rendered = text[int(offsets[positions[0], 0]) : int(offsets[positions[-1], 1])]
+        else:  # generation markers may leave gaps inside a turn
+            rendered = "".join(text[int(offsets[p, 0]) : int(offsets[p, 1])] for p in positions)
+        if decoded != rendered:
+            raise RowDropped(
+                "verify_failed",
+                f"turn {index}: trained tokens decode to {decoded[:60]!r}, the rendered text is {rendered[:60]!r}",
+            )
+        if first > 0 and loss_mask[first - 1]:
+            raise RowDropped("verify_failed", f"turn {index}: the token before the turn is trained")
+        body = decoded
+        if closed:
+            end_text = self.backend.decode([int(input_ids[end - 1])], skip_special_tokens=False)
+            if int(input_ids[end - 1]) not in self.end_of_turn_ids or not body.endswith(end_text):
+                raise RowDropped("verify_failed", f"turn {index}: trained text does not end with end-of-turn")
+            body = body[: -len(end_text)]
+        message = messages[index]
+        content = message["content"].strip()
+        reasoning = message.get("reasoning_content", "").strip()
+        # Tool calls are generated text too; templates render them after the content.
+        calls = bool(message.get("tool_calls"))
+        if closed and content and not calls and not body.rstrip().endswith(content):
+            raise RowDropped(
+                "verify_failed",
+                f"turn {index}: trained text {body[-60:]!r} does not end with the assistant content",
+            )
+        if closed and content and calls and content not in body:
+            raise RowDropped("verify_failed", f"turn {index}: the assistant content is missing from the trained text")
+        if final_turn and not reasoning and (
+            body.strip() != content if not calls else content and not body.lstrip().startswith(content)
+        ):
+            raise RowDropped(
+                "verify_failed",
+                f"turn {index}: with empty reasoning the trained text must start with the content, "
+                f"got {body[:60]!r} (template scaffolding leaked into the mask)",
+            )
+        if final_turn and reasoning:
+            position = body.find(reasoning)
+            if position < 0:
+                raise RowDropped(
+                    "verify_failed", f"turn {index}: the reasoning is missing from the trained text"
+                )
+            if content and body.rfind(content) < position + len(reasoning):
+                raise RowDropped("verify_failed", f"turn {index}: the answer does not follow the reasoning")
+
+    # -- length limit -------------------------------------------------------------------------
+
+    def _apply_max_length(self, built: MaskedRow) -> MaskedRow:
+        limit = self.config.max_length
+        if limit is None or len(built.input_ids) <= limit:
+            return built
+        if self.config.overflow == "drop":
+            raise RowDropped("overflow", f"{len(built.input_ids)} tokens > max length {limit}")
+        built.input_ids = built.input_ids[:limit]
+        built.loss_mask = built.loss_mask[:limit]
+        built.truncated = True
+        if not built.loss_mask.any():
+            raise RowDropped("truncated_no_trainable", f"no trained token left within max length {limit}")
+        return built
