@@ -36,6 +36,7 @@ STAGE_MODULES = (
     "audit",
     "bench",
     "generate",
+    "tokenize",
     "evaluate",
     "export",
     "serve",
@@ -44,10 +45,6 @@ STAGE_MODULES = (
 
 for _stage in STAGE_MODULES:
     importlib.import_module(f"draftsmith.{_stage}.cli").register(app)
-
-from draftsmith.tokenize.cli import register as _register_tokenize  # noqa: E402
-
-_register_tokenize(app)
 
 
 def main(argv: list[str] | None = None) -> int:

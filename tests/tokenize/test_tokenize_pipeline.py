@@ -245,3 +245,19 @@ def test_sharegpt_parquet_input_end_to_end(tmp_path, tiny_target_dir, tiny_token
     for index, (input_ids, loss_mask) in enumerate(zip(table.column("input_ids").to_pylist(), table.column("loss_mask").to_pylist())):
         trained = [token for token, keep in zip(input_ids, loss_mask) if keep]
         assert tiny_tokenizer.decode(trained) == f"<think>\nI count up.\n</think>\n\nHere is the count: {index + 3}.<|im_end|>"
+
+
+def test_cli_audits_what_it_wrote_and_gates_on_the_verdict(tmp_path, tiny_target_dir, capsys):
+    clean = write_jsonl(tmp_path / "clean.jsonl", list(synthetic_conversations(60, seed=8)))
+    assert main(["tokenize", str(clean), "-t", str(tiny_target_dir), "-o", str(tmp_path / "clean"),
+                 "--workers", "1", "--no-progress"]) == 0
+    assert "audit: PASS" in capsys.readouterr().err
+
+    # The disaster the audit exists for: most completions are the same empty-thinking boilerplate.
+    rows = list(synthetic_conversations(60, seed=9))
+    for row in rows[:52]:
+        row["messages"][-1] = {"role": "assistant", "content": "OK.", "reasoning_content": ""}
+    boilerplate = write_jsonl(tmp_path / "boilerplate.jsonl", rows)
+    assert main(["tokenize", str(boilerplate), "-t", str(tiny_target_dir), "-o", str(tmp_path / "bad"),
+                 "--workers", "1", "--no-progress"]) == 1
+    assert "audit: FAIL" in capsys.readouterr().err

@@ -24,16 +24,10 @@ def _parse_template_args(values: list[str]) -> dict[str, Any]:
     return parsed
 
 
-def _run_audit(output_dir: Path, tokenizer_path: str, console) -> bool | None:
-    """Audit the shards just written and print the verdict; None when no audit ran.
+def _run_audit(output_dir: Path, tokenizer_path: str, console) -> bool:
+    """Audit the shards just written and print the verdict (the tokenizer enables span checks)."""
+    from draftsmith.audit import audit_tokenized
 
-    The single place where tokenize hands over to `draftsmith.audit` (data contract 5).
-    """
-    try:
-        from draftsmith.audit import audit_tokenized
-    except ImportError:
-        console.print("[yellow]audit skipped: draftsmith.audit is not available in this build[/yellow]")
-        return None
     report = audit_tokenized(output_dir, tokenizer=tokenizer_path)
     report.render(console)
     console.print(f"audit: {report.verdict}")
