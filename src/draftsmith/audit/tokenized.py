@@ -370,6 +370,7 @@ class _Accumulator:
         def where(bit: int, trained_only: bool = False) -> np.ndarray:
             selected = (marked_classes & bit) != 0
             return marked[selected & marked_trained] if trained_only else marked[selected]
+
         per_row = lambda positions: np.bincount(_rows_of(positions, offsets), minlength=n)  # noqa: E731
 
         # Empty response: every trained token is whitespace, special or a think delimiter.
