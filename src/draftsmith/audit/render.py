@@ -30,7 +30,10 @@ def _explain(report: AuditReport) -> list[str]:
             f"{report.length_unit}: the completions are almost certainly boilerplate or truncated."
         )
     if "empty_thinking" in failed:
-        lines.append("Many answers have an empty thinking block: a thinking target's drafter needs its reasoning.")
+        lines.append(
+            "Many answers have an empty thinking block: a thinking target's drafter needs its reasoning "
+            "(for a target that does not think, pass --threshold empty_thinking=none)."
+        )
     if {"scaffolding_masked", "prompt_masked"} & failed:
         lines.append("The loss mask trains on template or prompt tokens: fix the tokenize step's masking.")
     return lines

@@ -360,12 +360,21 @@ class _Accumulator:
             self.checks["prompt_masked"].add(int(first_masked.sum()), examples(first_masked))
             return
 
+        # One dense gather and one dense nonzero; every question below works on the (few) tokens
+        # that have a class at all: whitespace, special tokens, think delimiters, header starts.
         classes = self.classes[values]
-        trained_classes = classes * mask.view(np.uint8)
+        marked = np.flatnonzero(classes)
+        marked_classes = classes[marked]
+        marked_trained = mask[marked]
+
+        def where(bit: int, trained_only: bool = False) -> np.ndarray:
+            selected = (marked_classes & bit) != 0
+            return marked[selected & marked_trained] if trained_only else marked[selected]
+
         per_row = lambda positions: np.bincount(_rows_of(positions, offsets), minlength=n)  # noqa: E731
 
         # Empty response: every trained token is whitespace, special or a think delimiter.
-        trained_trivial = per_row(np.flatnonzero(trained_classes & TRIVIAL))
+        trained_trivial = per_row(where(TRIVIAL, trained_only=True))
         empty = trained_trivial == sums
         self.checks["empty_response"].add(int(empty.sum()), examples(empty))
 
@@ -380,7 +389,7 @@ class _Accumulator:
         header = info.assistant_header
         header_starts = np.zeros(0, dtype=np.int64)
         if len(header):
-            candidates = np.flatnonzero(classes & HEADER_START)
+            candidates = where(HEADER_START)
             row_ends = offsets[_rows_of(candidates, offsets) + 1]
             matched = candidates + len(header) <= row_ends
             for index in range(1, len(header)):
@@ -391,7 +400,7 @@ class _Accumulator:
         header_trained = np.zeros(len(header_starts), dtype=np.int64)
         for index in range(len(header)):
             header_trained += mask[header_starts + index]
-        scaffolding_rows = per_row(np.flatnonzero(trained_classes & SCAFFOLDING)) > 0
+        scaffolding_rows = per_row(where(SCAFFOLDING, trained_only=True)) > 0
         scaffolding_rows[header_rows[header_trained > 0]] = True
         self.checks["scaffolding_masked"].add(int(scaffolding_rows.sum()), examples(scaffolding_rows))
 
@@ -401,7 +410,7 @@ class _Accumulator:
         if len(header_starts):
             turn_starts = header_starts + len(header)
             row_ends = offsets[header_rows + 1]
-            ends_of_turn = np.flatnonzero(classes & END_OF_TURN)
+            ends_of_turn = where(END_OF_TURN)
             next_end = np.searchsorted(ends_of_turn, turn_starts)
             turn_ends = np.where(  # exclusive
                 next_end < len(ends_of_turn),
@@ -419,10 +428,10 @@ class _Accumulator:
         self.checks["prompt_masked"].add(int(prompt_rows.sum()), examples(prompt_rows))
 
         if info.think_open is not None:
-            self._thinking(classes, offsets, n, examples)
+            self._thinking(where, offsets, n, examples)
 
-    def _thinking(self, classes, offsets, n, examples) -> None:
-        opens = np.flatnonzero(classes & THINK_OPEN)
+    def _thinking(self, where, offsets, n, examples) -> None:
+        opens = where(THINK_OPEN)
         open_rows = _rows_of(opens, offsets)
         has_open = np.zeros(n, dtype=bool)
         has_open[open_rows] = True
@@ -433,7 +442,7 @@ class _Accumulator:
         # The template keeps thinking only on the final assistant turn: audit each row's last block.
         last = np.r_[open_rows[1:] != open_rows[:-1], True]
         last_opens, last_rows = opens[last], open_rows[last]
-        closes = np.flatnonzero(classes & THINK_CLOSE)
+        closes = where(THINK_CLOSE)
         index = np.searchsorted(closes, last_opens)
         if len(closes):
             close_at = closes[np.minimum(index, len(closes) - 1)]
@@ -442,7 +451,7 @@ class _Accumulator:
             close_at = last_opens
             closed = np.zeros(len(last_opens), dtype=bool)
         # Empty = every token strictly between the delimiters is trivial (whitespace).
-        trivial = np.flatnonzero(classes & TRIVIAL)
+        trivial = where(TRIVIAL)
         trivial_inside = np.searchsorted(trivial, close_at) - np.searchsorted(trivial, last_opens + 1)
         empty = closed & (trivial_inside == close_at - last_opens - 1)
         empty_rows = np.zeros(n, dtype=bool)
