@@ -33,6 +33,10 @@ from draftsmith.tiny.cli import register as _register_tiny  # noqa: E402
 
 _register_tiny(app)
 
+from draftsmith.train.cli import register as _register_train  # noqa: E402
+
+_register_train(app)
+
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for the console script; returns the process exit code."""

@@ -1,0 +1,296 @@
+"""`draftsmith extract`: dump the target's hidden-state features for offline training.
+
+Layout of a features directory:
+  index.json                      what was extracted and from what (target, layers, dtype, data
+                                  fingerprint, max_length) and the list of finished shards
+  features-00000.safetensors      `features` [tokens, k*H] (the raw concatenation of the k captured
+                                  layers, as the drafter's `fc` expects), `offsets` [n+1] int64 row
+                                  starts of each sample, `input_ids` [tokens] int32 for verification
+Shards are written to a temporary name and renamed, and the index is rewritten atomically after each
+shard, so an interrupted extract resumes at the first missing shard and never duplicates work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from draftsmith.errors import InputError
+from draftsmith.train.data import TokenizedDataset, check_vocabulary, load_tokenized
+
+INDEX_NAME = "index.json"
+FEATURES_KIND = "draftsmith.features"
+FEATURES_VERSION = 1
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def _dtype_name(name: str) -> str:
+    aliases = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "half": "float16", "float": "float32"}
+    name = aliases.get(name, name)
+    if name not in DTYPES:
+        raise InputError(f"unknown feature dtype {name!r}; use one of {', '.join(DTYPES)}")
+    return name
+
+
+def resolve_layer_ids(target_config, num_draft_layers: int, block_size: int, target_layer_ids: list[int] | None, mask_token_id: int | None):
+    """The drafter config decides the default layers; reuse it so extract and train agree."""
+    from draftsmith.model import build_drafter_config
+
+    config = build_drafter_config(
+        target_config,
+        num_draft_layers=num_draft_layers,
+        block_size=block_size,
+        target_layer_ids=target_layer_ids,
+        mask_token_id=mask_token_id,
+    )
+    return config, list(config.dflash_config["target_layer_ids"])
+
+
+def mask_token_id_for(target_dir: Path) -> int:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(target_dir)
+    token_id = tokenizer.convert_tokens_to_ids("<|MASK|>")
+    if token_id is None or token_id == tokenizer.unk_token_id:
+        raise InputError(
+            f"{target_dir}: the tokenizer has no <|MASK|> token; add one (DFlash blocks are "
+            "[anchor, MASK x (B-1)]) or pass --mask-token-id"
+        )
+    return int(token_id)
+
+
+@dataclass
+class ExtractResult:
+    out_dir: Path
+    num_samples: int
+    total_tokens: int
+    layer_ids: list[int]
+    bytes_written: int
+    shards: int
+    skipped_shards: int
+    elapsed_s: float
+    estimate_summary: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def _write_json_atomic(path: Path, payload: dict) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(payload, indent=1))
+    os.replace(partial, path)
+
+
+def storage_estimate(hidden_size: int, num_layers: int, dataset: TokenizedDataset, dtype: str, out_dir: Path):
+    from draftsmith.plan import estimate_hidden_state_storage
+
+    probe = out_dir if out_dir.exists() else next((p for p in out_dir.parents if p.exists()), Path("/"))
+    return estimate_hidden_state_storage(
+        hidden_size=hidden_size,
+        num_captured_layers=num_layers,
+        total_tokens=dataset.total_tokens,
+        num_samples=len(dataset),
+        dtype=dtype,
+        disk_bytes=shutil.disk_usage(probe).free,
+    )
+
+
+def extract_features(
+    target: str | Path,
+    data: str | Path,
+    out: str | Path,
+    *,
+    num_draft_layers: int = 5,
+    target_layer_ids: list[int] | None = None,
+    dtype: str = "bfloat16",
+    max_length: int = 3072,
+    batch_size: int = 8,
+    samples_per_shard: int = 512,
+    device: str = "auto",
+    force: bool = False,
+    progress: bool = True,
+    echo=print,
+) -> ExtractResult:
+    """Run the target over every sample and write its captured-layer features to shards."""
+    from draftsmith.model import extract_target_features
+    from draftsmith.train.distributed import resolve_device
+    from draftsmith.train.target import load_target_config, load_target_model
+
+    started = time.perf_counter()
+    target, out = Path(target), Path(out)
+    dtype = _dtype_name(dtype)
+    target_config = load_target_config(target)
+    dataset = load_tokenized(data, max_length=max_length)
+    check_vocabulary(dataset, target_config.vocab_size)
+    _, layer_ids = resolve_layer_ids(target_config, num_draft_layers, 16, target_layer_ids, 0)
+    hidden_size = int(target_config.hidden_size)
+
+    estimate = storage_estimate(hidden_size, len(layer_ids), dataset, dtype, out)
+    summary = estimate.summary()
+    echo(summary)
+    free = shutil.disk_usage(out if out.exists() else next(p for p in out.parents if p.exists())).free
+    if estimate.total_bytes > free and not force:
+        raise InputError(
+            f"{out}: the features need about {estimate.total_bytes / 1e9:.2f} GB but only "
+            f"{free / 1e9:.2f} GB are free; train online (no --offline) or pass --force"
+        )
+
+    header = {
+        "kind": FEATURES_KIND,
+        "version": FEATURES_VERSION,
+        "target": str(target.resolve()),
+        "layer_ids": layer_ids,
+        "hidden_size": hidden_size,
+        "feature_dim": hidden_size * len(layer_ids),
+        "dtype": dtype,
+        "max_length": max_length,
+        "data": str(Path(data).resolve()),
+        "data_fingerprint": dataset.fingerprint(),
+        "num_samples": len(dataset),
+        "total_tokens": dataset.total_tokens,
+        "samples_per_shard": samples_per_shard,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    index_path = out / INDEX_NAME
+    shards: list[dict] = []
+    if index_path.exists():
+        previous = json.loads(index_path.read_text())
+        mismatched = [key for key in header if key not in ("target", "data") and previous.get(key) != header[key]]
+        if mismatched:
+            raise InputError(
+                f"{index_path}: existing features were extracted with different "
+                f"{', '.join(mismatched)}; extract into a new directory"
+            )
+        shards = [shard for shard in previous.get("shards", []) if (out / shard["file"]).exists()]
+    done = {shard["first"] for shard in shards}
+
+    target_dtype = DTYPES[dtype] if torch.device(resolve_device(device)).type == "cuda" else torch.float32
+    model = None
+    total_shards = (len(dataset) + samples_per_shard - 1) // samples_per_shard
+    bytes_written = 0
+    skipped = 0
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = [TextColumn("extract"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"), TimeRemainingColumn()]
+    with Progress(*columns, disable=not progress, transient=False) as bar:
+        task = bar.add_task("extract", total=len(dataset), rate="")
+        tokens_done = 0
+        for shard_number in range(total_shards):
+            first = shard_number * samples_per_shard
+            samples = dataset.samples[first : first + samples_per_shard]
+            if first in done:
+                skipped += 1
+                bar.advance(task, len(samples))
+                continue
+            if model is None:
+                run_device = resolve_device(device)
+                model = load_target_model(target, run_device, target_dtype)
+            pieces: list[torch.Tensor] = []
+            for start in range(0, len(samples), batch_size):
+                chunk = samples[start : start + batch_size]
+                width = max(sample.num_tokens for sample in chunk)
+                input_ids = torch.zeros((len(chunk), width), dtype=torch.long)
+                attention = torch.zeros((len(chunk), width), dtype=torch.long)
+                for row, sample in enumerate(chunk):
+                    input_ids[row, : sample.num_tokens] = torch.from_numpy(sample.input_ids)
+                    attention[row, : sample.num_tokens] = 1
+                with torch.no_grad():
+                    features = extract_target_features(model, input_ids.to(run_device), attention.to(run_device), layer_ids)
+                for row, sample in enumerate(chunk):
+                    pieces.append(features[row, : sample.num_tokens].to("cpu", DTYPES[dtype]))
+                tokens_done += sum(sample.num_tokens for sample in chunk)
+                bar.update(task, advance=len(chunk), rate=f"{tokens_done / (time.perf_counter() - started):,.0f} tok/s")
+            lengths = torch.tensor([0] + [sample.num_tokens for sample in samples], dtype=torch.int64)
+            tensors = {
+                "features": torch.cat(pieces).contiguous(),
+                "offsets": torch.cumsum(lengths, 0),
+                "input_ids": torch.cat([torch.from_numpy(sample.input_ids) for sample in samples]).to(torch.int32),
+            }
+            from safetensors.torch import save_file
+
+            name = f"features-{shard_number:05d}.safetensors"
+            partial = out / (name + ".partial")
+            save_file(tensors, str(partial), metadata={"first": str(first), "count": str(len(samples))})
+            os.replace(partial, out / name)
+            bytes_written += (out / name).stat().st_size
+            shards.append({"file": name, "first": first, "count": len(samples), "ids": [s.id for s in samples]})
+            shards.sort(key=lambda shard: shard["first"])
+            _write_json_atomic(index_path, {**header, "complete": len(shards) == total_shards, "shards": shards})
+    if not shards or len(shards) != total_shards:
+        _write_json_atomic(index_path, {**header, "complete": len(shards) == total_shards, "shards": shards})
+    echo(
+        f"extracted {len(dataset)} samples, {dataset.total_tokens:,} tokens, layers {layer_ids} "
+        f"into {out} ({bytes_written / 1e6:.1f} MB written, {skipped} shard(s) already present)"
+    )
+    return ExtractResult(
+        out_dir=out,
+        num_samples=len(dataset),
+        total_tokens=dataset.total_tokens,
+        layer_ids=layer_ids,
+        bytes_written=bytes_written,
+        shards=total_shards,
+        skipped_shards=skipped,
+        elapsed_s=time.perf_counter() - started,
+        estimate_summary=summary,
+    )
+
+
+class FeatureStore:
+    """Read-side of a features directory: the captured features of sample i, checked against its data."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        index_path = self.path / INDEX_NAME
+        if not index_path.exists():
+            raise InputError(f"{self.path}: no {INDEX_NAME}; create it with `draftsmith extract`")
+        self.index = json.loads(index_path.read_text())
+        if self.index.get("kind") != FEATURES_KIND:
+            raise InputError(f"{index_path}: not a draftsmith features index")
+        if not self.index.get("complete"):
+            raise InputError(f"{index_path}: extraction is incomplete; rerun `draftsmith extract` to finish it")
+        self.layer_ids: list[int] = list(self.index["layer_ids"])
+        self.dtype = DTYPES[self.index["dtype"]]
+        self._shards = sorted(self.index["shards"], key=lambda shard: shard["first"])
+        self._open: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+    def check_matches(self, dataset: TokenizedDataset, max_length: int) -> None:
+        problems = []
+        if self.index["num_samples"] != len(dataset):
+            problems.append(f"{self.index['num_samples']} samples vs {len(dataset)} in the data")
+        if self.index["max_length"] != max_length:
+            problems.append(f"max_length {self.index['max_length']} vs {max_length}")
+        if not problems and self.index["data_fingerprint"] != dataset.fingerprint():
+            problems.append("the token ids / loss masks differ")
+        if problems:
+            raise InputError(
+                f"{self.path}: features do not match the training data {dataset.source}: "
+                + "; ".join(problems)
+                + " (re-extract for this data)"
+            )
+
+    def _shard_for(self, index: int) -> dict:
+        for shard in self._shards:
+            if shard["first"] <= index < shard["first"] + shard["count"]:
+                return shard
+        raise InputError(f"{self.path}: no shard holds sample {index}")
+
+    def get(self, index: int, sample_id: str | None = None) -> torch.Tensor:
+        """Features [T, k*H] of sample `index` (in the stored dtype)."""
+        from safetensors.torch import load_file
+
+        shard = self._shard_for(index)
+        if shard["file"] not in self._open:
+            if len(self._open) >= 4:
+                self._open.pop(next(iter(self._open)))
+            tensors = load_file(str(self.path / shard["file"]))
+            self._open[shard["file"]] = (tensors["features"], tensors["offsets"], tensors["input_ids"])
+        features, offsets, _ = self._open[shard["file"]]
+        row = index - shard["first"]
+        if sample_id is not None and shard["ids"][row] != sample_id:
+            raise InputError(f"{self.path / shard['file']}: row {row} is {shard['ids'][row]}, expected {sample_id}")
+        return features[int(offsets[row]) : int(offsets[row + 1])]
