@@ -1,0 +1,182 @@
+"""The drafter's configuration: a Qwen3 config plus the DFlash fields serving engines read.
+
+The checkpoint format (see DFLASH.md) is a plain `qwen3` config.json with
+`architectures=["DFlashDraftModel"]`, a top-level `block_size` and `num_target_layers`, and
+`dflash_config={"mask_token_id", "target_layer_ids"}`. `DFlashConfig` subclasses
+`transformers.Qwen3Config` without adding dataclass fields, so the JSON it writes is exactly what
+the reference `dflash` package, SGLang and vLLM load with a stock `Qwen3Config`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import PretrainedConfig, Qwen3Config
+
+MASK_TOKEN = "<|MASK|>"
+DEFAULT_BLOCK_SIZE = 16
+DEFAULT_NUM_DRAFT_LAYERS = 5
+DEFAULT_NUM_FEATURES = 5
+
+# Size fields copied verbatim from the target: the drafter shares its width, attention geometry and
+# RoPE so that the target's embeddings and lm_head plug in and context keys line up with positions.
+_COPIED_FROM_TARGET = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_act",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "rope_parameters",
+    "attention_bias",
+    "attention_dropout",
+    "initializer_range",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+)
+
+
+class DFlashConfig(Qwen3Config):
+    """`Qwen3Config` with read access to the DFlash fields.
+
+    Stored fields (all plain config attributes, so they round-trip through config.json):
+    `block_size`, `num_target_layers`, `dflash_config = {"mask_token_id", "target_layer_ids"}`,
+    `num_hidden_layers` (= draft layers), `layer_types` and the Qwen3 size fields.
+    """
+
+    model_type = "qwen3"
+
+    @property
+    def target_layer_ids(self) -> list[int]:
+        return [int(i) for i in _dflash_field(self, "target_layer_ids")]
+
+    @property
+    def mask_token_id(self) -> int:
+        return int(_dflash_field(self, "mask_token_id"))
+
+    @property
+    def num_features(self) -> int:
+        return len(self.target_layer_ids)
+
+
+def _dflash_field(config: PretrainedConfig, name: str) -> Any:
+    # The reference looks in `dflash_config` first and falls back to a top-level attribute.
+    nested = getattr(config, "dflash_config", None) or {}
+    if name in nested:
+        return nested[name]
+    value = config.__dict__.get(name)
+    if value is None:
+        raise ValueError(f"drafter config has no dflash_config.{name}")
+    return value
+
+
+def default_target_layer_ids(num_target_layers: int, num_features: int = DEFAULT_NUM_FEATURES) -> list[int]:
+    """Which target decoder layers (0-based) feed the drafter.
+
+    The paper / reference rule: k=1 -> [L//2]; otherwise round(1 + i*(L-4)/(k-1)) for i in 0..k-1,
+    i.e. evenly from layer 1 to layer L-3 (L=36, k=5 -> [1, 9, 17, 25, 33]). The reference's own
+    `build_target_layer_ids(L, n)` is the same formula but is called with the number of DRAFT layers
+    as k; here k is explicit and the ids are always written into the config, so the two agree
+    whenever k equals the draft depth and never depend on it otherwise.
+
+    Shallow targets (L-4 < k-1) make that rule repeat layers (L=4, k=5 -> [1, 1, 1, 1, 1]), which
+    wastes fc capacity on identical features. Then k is capped at L and the layers are spread evenly
+    over all of 0..L-1 instead (the tiny 4-layer target gets [0, 1, 2, 3]). Note that with
+    transformers 5 the last entry of `hidden_states` is the target's final-norm output, so the last
+    layer's feature is the normalised one the lm_head sees.
+    """
+    if num_target_layers < 1:
+        raise ValueError(f"num_target_layers must be >= 1, got {num_target_layers}")
+    if num_features < 1:
+        raise ValueError(f"num_features must be >= 1, got {num_features}")
+    if num_features == 1:
+        return [num_target_layers // 2]
+    span = num_target_layers - 4
+    ids = [round(1 + i * span / (num_features - 1)) for i in range(num_features)]
+    if span >= num_features - 1 and len(set(ids)) == num_features:
+        return ids
+    count = min(num_features, num_target_layers)
+    if count == 1:
+        return [num_target_layers // 2]
+    return [round(i * (num_target_layers - 1) / (count - 1)) for i in range(count)]
+
+
+def build_drafter_config(
+    target_config: PretrainedConfig,
+    num_draft_layers: int = DEFAULT_NUM_DRAFT_LAYERS,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    target_layer_ids: list[int] | None = None,
+    mask_token_id: int | None = None,
+    num_features: int = DEFAULT_NUM_FEATURES,
+    intermediate_size: int | None = None,
+) -> DFlashConfig:
+    """A drafter config sized like `target_config` (a HF config of the target, e.g. Qwen3/Llama).
+
+    `mask_token_id` is required: use `ensure_mask_token(tokenizer)` (features.py) to get it.
+    `target_layer_ids` defaults to `default_target_layer_ids(L, num_features)`.
+    """
+    text_config = target_config.get_text_config() if hasattr(target_config, "get_text_config") else target_config
+    num_target_layers = int(text_config.num_hidden_layers)
+    if mask_token_id is None:
+        raise ValueError("build_drafter_config needs mask_token_id (see draftsmith.model.ensure_mask_token)")
+    if num_draft_layers < 1:
+        raise ValueError(f"num_draft_layers must be >= 1, got {num_draft_layers}")
+    if block_size < 2:
+        raise ValueError(f"block_size must be >= 2 (the anchor plus at least one mask), got {block_size}")
+    if target_layer_ids is None:
+        target_layer_ids = default_target_layer_ids(num_target_layers, num_features)
+    target_layer_ids = [int(i) for i in target_layer_ids]
+    bad = [i for i in target_layer_ids if not 0 <= i < num_target_layers]
+    if bad or not target_layer_ids:
+        raise ValueError(
+            f"target_layer_ids {target_layer_ids} must be non-empty and within 0..{num_target_layers - 1}"
+        )
+    vocab_size = int(text_config.vocab_size)
+    if not 0 <= int(mask_token_id) < vocab_size:
+        raise ValueError(
+            f"mask_token_id {mask_token_id} is outside the target's embedding table (vocab_size {vocab_size}); "
+            "resize the target's embeddings first (see ensure_mask_token)"
+        )
+
+    fields: dict[str, Any] = {}
+    for name in _COPIED_FROM_TARGET:
+        if hasattr(text_config, name):
+            fields[name] = getattr(text_config, name)
+    if fields.get("head_dim") is None:
+        fields["head_dim"] = text_config.hidden_size // text_config.num_attention_heads
+    if fields.get("num_key_value_heads") is None:
+        fields["num_key_value_heads"] = text_config.num_attention_heads
+    if "rope_parameters" not in fields or fields["rope_parameters"] is None:
+        theta = getattr(text_config, "rope_theta", 10000.0)
+        fields["rope_parameters"] = {"rope_type": "default", "rope_theta": float(theta)}
+    if intermediate_size is not None:
+        fields["intermediate_size"] = int(intermediate_size)
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        if fields.get(name) is None:
+            fields.pop(name, None)
+
+    return DFlashConfig(
+        architectures=["DFlashDraftModel"],
+        num_hidden_layers=int(num_draft_layers),
+        layer_types=["full_attention"] * int(num_draft_layers),
+        use_sliding_window=False,
+        sliding_window=None,
+        max_window_layers=int(num_draft_layers),
+        tie_word_embeddings=False,
+        block_size=int(block_size),
+        num_target_layers=num_target_layers,
+        dflash_config={"mask_token_id": int(mask_token_id), "target_layer_ids": target_layer_ids},
+        dtype="float32",
+        **fields,
+    )
+
+
+def as_dflash_config(config: PretrainedConfig) -> DFlashConfig:
+    """Accept a plain Qwen3Config (e.g. loaded by the reference) and view it as a DFlashConfig."""
+    if isinstance(config, DFlashConfig):
+        return config
+    return DFlashConfig.from_dict(config.to_dict())

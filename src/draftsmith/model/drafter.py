@@ -1,0 +1,223 @@
+"""The DFlash drafter: a few Qwen3-style decoder layers whose keys/values see the target's features.
+
+Per layer, queries come from the block only; keys and values are computed from the concatenation
+[fused target context | block], so every block token attends to the whole (visible) context and
+to its whole block: attention is bidirectional, there is no causal mask. The fused context is
+`hidden_norm(fc(cat of k target-layer features))`, computed once and shared by all layers; it goes
+straight into each layer's k_proj/v_proj (no per-layer input norm), as in the reference.
+
+Parameter names match the reference `dflash.DFlashDraftModel`, SGLang and vLLM:
+`layers.{i}.self_attn.{q,k,v,o}_proj`, `layers.{i}.self_attn.{q,k}_norm`,
+`layers.{i}.mlp.{gate,up,down}_proj`, `layers.{i}.{input,post_attention}_layernorm`, `fc`,
+`hidden_norm`, `norm`. The drafter owns no embedding and no lm_head: callers embed block tokens with
+the target's (frozen) embedding table and score hidden states with the target's lm_head.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers.cache_utils import Cache
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.models.qwen3.modeling_qwen3 import (
+    Qwen3MLP,
+    Qwen3PreTrainedModel,
+    Qwen3RMSNorm,
+    Qwen3RotaryEmbedding,
+)
+
+from draftsmith.model.config import DFlashConfig, as_dflash_config
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x: [B, heads, L, D]; cos/sin: [B, L, D]
+    cos = cos.unsqueeze(1)
+    sin = sin.unsqueeze(1)
+    return x * cos + _rotate_half(x) * sin
+
+
+def _as_sdpa_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """Boolean masks mean True = may attend; float masks are added to the scores (0 or -inf)."""
+    if mask is None:
+        return None
+    if mask.dim() == 3:
+        mask = mask.unsqueeze(1)
+    if mask.dtype == torch.bool:
+        return mask
+    return mask.to(dtype)
+
+
+class DFlashAttention(nn.Module):
+    def __init__(self, config: DFlashConfig, layer_idx: int):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim or config.hidden_size // config.num_attention_heads
+        self.scaling = self.head_dim**-0.5
+        self.dropout = float(config.attention_dropout or 0.0)
+        bias = bool(config.attention_bias)
+        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
+        self.q_norm = Qwen3RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.k_norm = Qwen3RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        context: torch.Tensor,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+    ) -> torch.Tensor:
+        batch, q_len, _ = hidden_states.shape
+        kv_input = torch.cat([context, hidden_states], dim=1)
+        kv_len = kv_input.shape[1]
+
+        query = self.q_norm(self.q_proj(hidden_states).view(batch, q_len, self.num_heads, self.head_dim))
+        key = self.k_norm(self.k_proj(kv_input).view(batch, kv_len, self.num_kv_heads, self.head_dim))
+        value = self.v_proj(kv_input).view(batch, kv_len, self.num_kv_heads, self.head_dim)
+        query, key, value = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
+
+        cos, sin = position_embeddings
+        query = _apply_rope(query, cos[:, -q_len:], sin[:, -q_len:])
+        key = _apply_rope(key, cos, sin)
+        if past_key_values is not None:
+            key, value = past_key_values.update(key, value, self.layer_idx)
+
+        groups = self.num_heads // self.num_kv_heads
+        if groups > 1:
+            key = key.repeat_interleave(groups, dim=1)
+            value = value.repeat_interleave(groups, dim=1)
+        output = F.scaled_dot_product_attention(
+            query,
+            key,
+            value,
+            attn_mask=_as_sdpa_mask(attention_mask, query.dtype),
+            dropout_p=self.dropout if self.training else 0.0,
+            is_causal=False,
+            scale=self.scaling,
+        )
+        output = output.transpose(1, 2).reshape(batch, q_len, self.num_heads * self.head_dim)
+        return self.o_proj(output)
+
+
+class DFlashDecoderLayer(GradientCheckpointingLayer):
+    def __init__(self, config: DFlashConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = DFlashAttention(config, layer_idx)
+        self.mlp = Qwen3MLP(config)
+        self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        context: torch.Tensor,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+    ) -> torch.Tensor:
+        attended = self.self_attn(
+            self.input_layernorm(hidden_states),
+            context,
+            position_embeddings,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+        )
+        hidden_states = hidden_states + attended
+        return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
+
+
+class DFlashDraftModel(Qwen3PreTrainedModel):
+    """DFlash block drafter; `forward` mirrors the reference `dflash.DFlashDraftModel.forward`."""
+
+    config_class = DFlashConfig
+    _no_split_modules = ["DFlashDecoderLayer"]
+    _can_record_outputs = {}
+
+    def __init__(self, config) -> None:
+        config = as_dflash_config(config)
+        super().__init__(config)
+        self.target_layer_ids = config.target_layer_ids
+        self.block_size = int(config.block_size)
+        self.mask_token_id = config.mask_token_id
+        self.layers = nn.ModuleList(DFlashDecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = Qwen3RotaryEmbedding(config)
+        self.fc = nn.Linear(len(self.target_layer_ids) * config.hidden_size, config.hidden_size, bias=False)
+        self.hidden_norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_init()
+
+    def fuse_target_hidden(self, target_hidden: torch.Tensor) -> torch.Tensor:
+        """[B, C, k*H] raw concatenated target features -> [B, C, H] context for every layer."""
+        expected = self.fc.in_features
+        if target_hidden.shape[-1] != expected:
+            raise ValueError(
+                f"target_hidden has last dim {target_hidden.shape[-1]}, expected {expected} "
+                f"(= {len(self.target_layer_ids)} target layers x hidden {self.config.hidden_size})"
+            )
+        return self.hidden_norm(self.fc(target_hidden))
+
+    def forward(
+        self,
+        position_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        noise_embedding: torch.Tensor | None = None,
+        target_hidden: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool = False,
+        **kwargs,
+    ) -> torch.Tensor:
+        """Hidden states [B, Q, H] for the Q block tokens.
+
+        - `noise_embedding` [B, Q, H]: target embeddings of the block tokens ([anchor, MASK, ...]).
+        - `target_hidden` [B, C, k*H]: raw concatenated target features of the new context tokens.
+        - `position_ids` [B, C+Q]: positions of [context | block] (used for RoPE).
+        - `attention_mask`: None (every query sees every key: inference), or [B, 1, Q, K] boolean
+          (True = visible) or additive float, where K = (cached length) + C + Q.
+        - `past_key_values`: a transformers Cache holding earlier context keys/values; this call
+          appends its context AND block keys, so crop it back to the context length afterwards.
+        """
+        if noise_embedding is None or target_hidden is None:
+            raise ValueError("DFlashDraftModel.forward needs noise_embedding and target_hidden")
+        context_len, block_len = target_hidden.shape[1], noise_embedding.shape[1]
+        if position_ids.shape[-1] != context_len + block_len:
+            raise ValueError(
+                f"position_ids covers {position_ids.shape[-1]} positions; expected context {context_len} "
+                f"+ block {block_len}"
+            )
+        if position_ids.dim() == 1:
+            position_ids = position_ids.unsqueeze(0)
+        context = self.fuse_target_hidden(target_hidden)
+        hidden_states = noise_embedding
+        position_embeddings = self.rotary_emb(hidden_states, position_ids)
+        for layer in self.layers:
+            hidden_states = layer(
+                hidden_states,
+                context,
+                position_embeddings,
+                attention_mask=attention_mask,
+                past_key_values=past_key_values if use_cache or past_key_values is not None else None,
+            )
+        return self.norm(hidden_states)
+
+    def compute_logits(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
+        """Score drafter hidden states with the target's lm_head."""
+        logits = lm_head(hidden)
+        extras = getattr(self.config, "dflash_config", None) or {}
+        multiplier = extras.get("output_multiplier")
+        if multiplier is not None:
+            logits = logits * float(multiplier)
+        softcap = extras.get("final_logit_softcapping")
+        if softcap:
+            logits = torch.tanh(logits / float(softcap)) * float(softcap)
+        return logits

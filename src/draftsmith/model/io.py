@@ -1,0 +1,157 @@
+"""Drafter checkpoints: config.json + model.safetensors in the format serving engines load.
+
+Nothing else goes into the directory's weights: no embedding, no lm_head, no rotary buffers.
+Writes go to temporary names first and are renamed into place, so an interrupted save never
+leaves a half-written checkpoint that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from draftsmith.errors import InputError
+from draftsmith.model.config import DFlashConfig
+from draftsmith.model.drafter import DFlashDraftModel
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+
+_LAYER_PARAMETERS = (
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+    "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+)
+_BIAS_PARAMETERS = tuple(f"self_attn.{p}_proj.bias" for p in "qkvo")
+_FORBIDDEN = re.compile(r"(embed_tokens|lm_head|rotary_emb)")
+
+
+def expected_weight_names(config: DFlashConfig) -> set[str]:
+    """The exact tensor names a checkpoint for `config` holds."""
+    names = {"fc.weight", "hidden_norm.weight", "norm.weight"}
+    per_layer = _LAYER_PARAMETERS + (_BIAS_PARAMETERS if config.attention_bias else ())
+    for i in range(config.num_hidden_layers):
+        names.update(f"layers.{i}.{p}" for p in per_layer)
+    return names
+
+
+def drafter_state_dict(model: DFlashDraftModel, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """The checkpoint tensors of `model` (unwraps DDP/compile wrappers), contiguous, on CPU."""
+    inner = getattr(model, "module", model)
+    inner = getattr(inner, "_orig_mod", inner)
+    state = {}
+    for name, tensor in inner.state_dict().items():
+        if _FORBIDDEN.search(name):
+            continue
+        tensor = tensor.detach().to("cpu")
+        if dtype is not None and tensor.is_floating_point():
+            tensor = tensor.to(dtype)
+        state[name] = tensor.contiguous()
+    expected = expected_weight_names(inner.config)
+    if set(state) != expected:
+        missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
+        raise ValueError(f"drafter state does not match the DFlash format: missing {missing}, unexpected {extra}")
+    return state
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def save_drafter(model: DFlashDraftModel, path: str | os.PathLike, dtype: torch.dtype | None = None) -> Path:
+    """Write `config.json` and `model.safetensors` into directory `path` (created if needed)."""
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    inner = getattr(getattr(model, "module", model), "_orig_mod", getattr(model, "module", model))
+    state = drafter_state_dict(model, dtype=dtype)
+    weight_dtype = next(iter(state.values())).dtype
+
+    config_dict = inner.config.to_dict()
+    config_dict["architectures"] = ["DFlashDraftModel"]
+    config_dict["model_type"] = "qwen3"
+    config_dict["dtype"] = _dtype_name(weight_dtype)
+    # Runtime-only attributes transformers may add; they are not part of the checkpoint format.
+    for key in ("_name_or_path", "_attn_implementation_autoset", "torch_dtype"):
+        config_dict.pop(key, None)
+
+    weights_tmp = out / f".{WEIGHTS_NAME}.tmp"
+    config_tmp = out / f".{CONFIG_NAME}.tmp"
+    save_file(state, str(weights_tmp), metadata={"format": "pt"})
+    config_tmp.write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
+    os.replace(weights_tmp, out / WEIGHTS_NAME)
+    os.replace(config_tmp, out / CONFIG_NAME)
+    return out
+
+
+def load_drafter_config(path: str | os.PathLike) -> DFlashConfig:
+    config_path = Path(path) / CONFIG_NAME
+    if not config_path.is_file():
+        raise InputError(f"{config_path}: not found (a drafter directory holds config.json + {WEIGHTS_NAME})")
+    try:
+        raw = json.loads(config_path.read_text())
+    except json.JSONDecodeError as error:
+        raise InputError(f"{config_path}: invalid JSON: {error}") from error
+    architectures = raw.get("architectures") or []
+    if "DFlashDraftModel" not in architectures:
+        raise InputError(f"{config_path}: architectures is {architectures}, expected ['DFlashDraftModel']")
+    flash = raw.get("dflash_config") or {}
+    for field in ("mask_token_id", "target_layer_ids"):
+        if field not in flash:
+            raise InputError(f"{config_path}: dflash_config.{field} is missing")
+    if "block_size" not in raw and "block_size" not in flash:
+        raise InputError(f"{config_path}: block_size is missing")
+    return DFlashConfig.from_dict(raw)
+
+
+def load_drafter(
+    path: str | os.PathLike,
+    dtype: torch.dtype | None = None,
+    device: str | torch.device | None = None,
+) -> DFlashDraftModel:
+    """Load a drafter directory written by `save_drafter` (or any engine-format DFlash checkpoint)."""
+    path = Path(path)
+    config = load_drafter_config(path)
+    weight_files = sorted(path.glob("*.safetensors"))
+    if not weight_files:
+        raise InputError(f"{path}: no *.safetensors weights next to config.json")
+    state: dict[str, torch.Tensor] = {}
+    for weight_file in weight_files:
+        with safe_open(str(weight_file), framework="pt") as handle:
+            for name in handle.keys():
+                state[name] = handle.get_tensor(name)
+
+    expected = expected_weight_names(config)
+    # Some exporters keep the frozen target tensors or a `model.` prefix; neither is ours to load.
+    state = {name.removeprefix("model."): t for name, t in state.items()}
+    state = {name: t for name, t in state.items() if not _FORBIDDEN.search(name)}
+    missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
+    if missing or extra:
+        raise InputError(
+            f"{path}: weights do not match config.json: missing {missing[:8]}{'...' if len(missing) > 8 else ''}, "
+            f"unexpected {extra[:8]}{'...' if len(extra) > 8 else ''}"
+        )
+
+    model = DFlashDraftModel(config)
+    try:
+        model.load_state_dict(state, strict=False)
+    except RuntimeError as error:
+        raise InputError(f"{path}: weight shapes do not match config.json: {error}") from error
+    target_dtype = dtype or next(iter(state.values())).dtype
+    model = model.to(dtype=target_dtype)
+    if device is not None:
+        model = model.to(device)
+    return model.eval()

@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="session")
+def tiny_target(tiny_target_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_target_dir, dtype=torch.float32)
+    return model.eval()
+
+
+@pytest.fixture()
+def tiny_drafter_config(tiny_target, tiny_tokenizer):
+    from draftsmith.model import build_drafter_config, ensure_mask_token
+
+    return build_drafter_config(
+        tiny_target.config, num_draft_layers=2, block_size=8, mask_token_id=ensure_mask_token(tiny_tokenizer)
+    )
