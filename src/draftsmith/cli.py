@@ -30,8 +30,10 @@ def version_command() -> None:
 
 # Stage registrations: each stage's module adds its own commands.
 from draftsmith.tiny.cli import register as _register_tiny  # noqa: E402
+from draftsmith.plan.cli import register as _register_plan  # noqa: E402
 
 _register_tiny(app)
+_register_plan(app)
 
 from draftsmith.train.cli import register as _register_train  # noqa: E402
 

@@ -1,0 +1,76 @@
+"""Reading a saved `draftsmith bench` result (contract 3) as the plan's per-GPU throughput."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from draftsmith.errors import InputError
+
+BENCH_KIND = "draftsmith.bench"
+BENCH_VERSION = 1
+
+
+class BenchSummary(BaseModel):
+    """What the plan needs from a bench result: one endpoint (= one GPU/server) at its knee."""
+
+    path: str | None = None
+    engine: str | None = None
+    model: str | None = None
+    endpoint: str | None = None
+    max_tokens: int | None = None
+    knee_concurrency: int
+    knee_output_tokens_per_s: float  # per GPU, by contract
+    knee_mean_output_tokens: float | None = None  # measured at the knee, when the result row is there
+
+
+def load_bench(path: str | Path) -> BenchSummary:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such bench result file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise InputError(f"{path}: not valid JSON ({error})") from None
+    return bench_from_dict(data, source=str(path))
+
+
+def bench_from_dict(data: Any, source: str = "bench result") -> BenchSummary:
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: expected a JSON object")
+    if data.get("kind") != BENCH_KIND:
+        raise InputError(f"{source}: field 'kind' is {data.get('kind')!r}, expected {BENCH_KIND!r}")
+    if data.get("version") != BENCH_VERSION:
+        raise InputError(f"{source}: unsupported bench version {data.get('version')!r} (this reads {BENCH_VERSION})")
+    knee = data.get("knee")
+    if not isinstance(knee, dict):
+        raise InputError(f"{source}: missing field 'knee'")
+    rate = knee.get("output_tokens_per_s")
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
+        raise InputError(f"{source}: knee.output_tokens_per_s must be a positive number, got {rate!r}")
+    concurrency = knee.get("concurrency")
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency <= 0:
+        raise InputError(f"{source}: knee.concurrency must be a positive integer, got {concurrency!r}")
+    mean_output = None
+    results = data.get("results")
+    if isinstance(results, list):
+        for row in results:
+            if isinstance(row, dict) and row.get("concurrency") == concurrency:
+                value = row.get("mean_output_tokens")
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                    mean_output = float(value)
+    max_tokens = data.get("max_tokens")
+    return BenchSummary(
+        path=source,
+        engine=data.get("engine") if isinstance(data.get("engine"), str) else None,
+        model=data.get("model") if isinstance(data.get("model"), str) else None,
+        endpoint=data.get("endpoint") if isinstance(data.get("endpoint"), str) else None,
+        max_tokens=max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else None,
+        knee_concurrency=concurrency,
+        knee_output_tokens_per_s=float(rate),
+        knee_mean_output_tokens=mean_output,
+    )

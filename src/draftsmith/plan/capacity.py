@@ -1,0 +1,470 @@
+"""The capacity plan: how long regenerating a dataset takes, what it costs in GPUs and disk.
+
+`make_plan(PlanInputs(...)) -> Plan` is the whole computation; the CLI only gathers inputs and
+renders the result. Time is output tokens over decode throughput: the engines' measured output
+tok/s (and a bench knee) already include the prefill of the prompts that produced them.
+
+GPU scaling: `n` data-parallel servers give `per_gpu * n * efficiency` tok/s for n >= 2 and
+`per_gpu` for one, so "400 tok/s per GPU, 4 GPUs, 0.9" is 1,440 tok/s.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from draftsmith.errors import InputError
+from draftsmith.plan.bench_result import BenchSummary, load_bench
+from draftsmith.plan.distribution import LengthStats, summarize_lengths
+from draftsmith.plan.rates import DEFAULT_RATE_TOLERANCE, RateCheck, RateSource, choose_rate
+from draftsmith.plan.storage import StorageEstimate, estimate_hidden_state_storage, read_model_shape
+from draftsmith.plan.units import (
+    format_duration,
+    parse_count,
+    parse_duration,
+    parse_rate,
+    parse_size,
+)
+
+DEFAULT_CAPTURED_LAYERS = 5  # DFlash's default number of target feature layers (k=5)
+DEFAULT_SENSITIVITY_FACTORS = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
+DEFAULT_GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64)
+
+
+class PlanInputs(BaseModel):
+    """Everything a plan can be given. Strings with units are accepted where a person would write them."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
+
+    samples: int
+    output_mean: float | None = None
+    output_lengths: list[float] | None = None
+    output_lengths_source: str | None = None
+    prompt_mean: float | None = None
+    prompt_lengths: list[float] | None = None
+    prompt_lengths_source: str | None = None
+    max_tokens: int | None = None
+    per_gpu: str | None = None  # "400 tok/s" per GPU
+    gpus: int | None = None
+    efficiency: float = 1.0
+    throughput: str | None = None  # total over all GPUs, "1,600 tok/s" or "5.76M/hour"
+    bench: BenchSummary | None = None
+    claimed_rates: list[str] = Field(default_factory=list)
+    use_rate: str | None = None
+    rate_tolerance: float = DEFAULT_RATE_TOLERANCE
+    deadline: str | None = None  # "7d", "36h"
+    hidden_size: int | None = None
+    captured_layers: int = DEFAULT_CAPTURED_LAYERS
+    dtype: str = "bfloat16"
+    model_config_path: str | None = None
+    disk: int | None = None  # bytes; "90TB" and "2 TiB" accepted
+    sensitivity_factors: list[float] = Field(default_factory=lambda: list(DEFAULT_SENSITIVITY_FACTORS))
+    gpu_counts: list[int] | None = None
+
+    @field_validator("samples", "max_tokens", "gpus", "hidden_size", "captured_layers", mode="before")
+    @classmethod
+    def _positive_count(cls, value: Any, info) -> Any:
+        if value is None:
+            return None
+        number = parse_count(value, f"--{info.field_name.replace('_', '-')}")
+        if number <= 0 or number != int(number):
+            raise InputError(f"--{info.field_name.replace('_', '-')} must be a positive whole number, got {value!r}")
+        return int(number)
+
+    @field_validator("output_mean", "prompt_mean", mode="before")
+    @classmethod
+    def _length(cls, value: Any, info) -> Any:
+        if value is None:
+            return None
+        number = parse_count(value, f"--{info.field_name.replace('_', '-')}")
+        if info.field_name == "output_mean" and number <= 0:
+            raise InputError(f"--output-mean must be greater than zero, got {value!r}")
+        return number
+
+    @field_validator("per_gpu", "throughput", mode="before")
+    @classmethod
+    def _rate(cls, value: Any, info) -> Any:
+        if value is None:
+            return None
+        text = str(value)
+        rate = parse_rate(text, f"--{info.field_name.replace('_', '-')}")
+        if rate.tokens_per_s <= 0:
+            raise InputError(f"--{info.field_name.replace('_', '-')} {text!r} must be greater than zero")
+        return text
+
+    @field_validator("claimed_rates", mode="before")
+    @classmethod
+    def _claimed(cls, value: Any) -> Any:
+        if value is None:
+            return []
+        if isinstance(value, str):
+            value = [value]
+        texts = [str(item) for item in value]
+        for text in texts:
+            if parse_rate(text, "--claimed-rate", bare_unit=None).tokens_per_s <= 0:
+                raise InputError(f"--claimed-rate {text!r} must be greater than zero")
+        return texts
+
+    @field_validator("efficiency")
+    @classmethod
+    def _efficiency(cls, value: float) -> float:
+        if not (0 < value <= 1):
+            raise InputError(f"--efficiency must be in (0, 1], got {value!r}")
+        return value
+
+    @field_validator("rate_tolerance")
+    @classmethod
+    def _tolerance(cls, value: float) -> float:
+        if not (0 < value < 1):
+            raise InputError(f"--rate-tolerance must be in (0, 1), got {value!r}")
+        return value
+
+    @field_validator("deadline", mode="before")
+    @classmethod
+    def _deadline(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        parse_duration(value, "--deadline")
+        return str(value)
+
+    @field_validator("disk", mode="before")
+    @classmethod
+    def _disk(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        size = parse_size(value, "--disk")
+        if size <= 0:
+            raise InputError(f"--disk must be greater than zero, got {value!r}")
+        return size
+
+    @field_validator("bench", mode="before")
+    @classmethod
+    def _bench(cls, value: Any) -> Any:
+        if isinstance(value, (str, Path)):
+            return load_bench(value)
+        return value
+
+    @field_validator("sensitivity_factors")
+    @classmethod
+    def _factors(cls, value: list[float]) -> list[float]:
+        if not value or any(not math.isfinite(f) or f <= 0 for f in value):
+            raise InputError("sensitivity factors must be positive numbers")
+        return sorted(set(value))
+
+    @field_validator("gpu_counts")
+    @classmethod
+    def _gpu_counts(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and (not value or any(n <= 0 for n in value)):
+            raise InputError("--gpu-counts must be positive whole numbers")
+        return value
+
+
+def validate_inputs(data: dict[str, Any] | PlanInputs) -> PlanInputs:
+    """PlanInputs from a dict, with pydantic's errors turned into one `InputError` line."""
+    if isinstance(data, PlanInputs):
+        return data
+    try:
+        return PlanInputs.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "input"
+        flag = "--" + field.replace("_", "-")
+        if first["type"] == "missing":
+            raise InputError(f"missing required input {flag}") from None
+        if first["type"] == "extra_forbidden":
+            raise InputError(f"unknown input {field!r}") from None
+        raise InputError(f"{flag}: {first['msg']} (got {first.get('input')!r})") from None
+
+
+class Throughput(BaseModel):
+    tokens_per_s: float
+    source: str  # the RateSource name the plan runs on
+    origin: str
+    per_gpu_tokens_per_s: float | None
+    gpus: int | None
+    efficiency: float
+    tokens_per_hour: float
+    tokens_per_day: float
+
+
+class WallTime(BaseModel):
+    seconds: float
+    hours: float
+    days: float
+    human: str
+
+    @classmethod
+    def from_seconds(cls, seconds: float) -> "WallTime":
+        return cls(seconds=seconds, hours=seconds / 3600, days=seconds / 86400, human=format_duration(seconds))
+
+
+class SensitivityTable(BaseModel):
+    """Days to finish: rows are throughputs, columns average output lengths."""
+
+    throughput_factors: list[float]
+    tokens_per_s: list[float]
+    length_factors: list[float]
+    output_means: list[float]
+    days: list[list[float]]
+
+
+class GpuScalingRow(BaseModel):
+    gpus: int
+    tokens_per_s: float
+    days: float
+    hours: float
+    meets_deadline: bool | None = None
+
+
+class DeadlinePlan(BaseModel):
+    deadline: str
+    deadline_s: float
+    required_tokens_per_s: float
+    meets_deadline: bool
+    slack_s: float  # deadline minus planned wall time; negative when late
+    gpus_needed: int | None  # None when no per-GPU throughput is known
+    wall_time_with_gpus_needed: WallTime | None = None
+
+
+class Plan(BaseModel):
+    samples: int
+    output_mean: float
+    prompt_mean: float | None
+    max_tokens: int | None
+    total_output_tokens: int
+    total_prompt_tokens: int | None
+    throughput: Throughput
+    wall_time: WallTime
+    rate_checks: list[RateCheck]
+    output_distribution: LengthStats | None = None
+    prompt_distribution: LengthStats | None = None
+    sensitivity: SensitivityTable
+    gpu_scaling: list[GpuScalingRow]
+    deadline: DeadlinePlan | None = None
+    storage: StorageEstimate | None = None
+    warnings: list[str] = Field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "draftsmith.plan", "version": 1, **self.model_dump(mode="json")}
+
+
+def cluster_tokens_per_s(per_gpu: float, gpus: int, efficiency: float) -> float:
+    return per_gpu * gpus * (efficiency if gpus > 1 else 1.0)
+
+
+def gpus_needed(required_tokens_per_s: float, per_gpu: float, efficiency: float) -> int:
+    """Fewest GPUs whose cluster throughput reaches `required_tokens_per_s`."""
+    if per_gpu >= required_tokens_per_s:
+        return 1
+    count = max(2, math.ceil(required_tokens_per_s / (per_gpu * efficiency) - 1e-9))
+    while cluster_tokens_per_s(per_gpu, count, efficiency) < required_tokens_per_s * (1 - 1e-12):
+        count += 1
+    return count
+
+
+def _rate_sources(inputs: PlanInputs) -> list[RateSource]:
+    """Every throughput figure, in the order of trust: measured, per-GPU, total, quoted."""
+    sources: list[RateSource] = []
+    gpus = inputs.gpus or 1
+    scale = cluster_tokens_per_s(1.0, gpus, inputs.efficiency)
+    if inputs.bench is not None:
+        knee = inputs.bench.knee_output_tokens_per_s
+        # A measurement has no written unit to mistype, so it carries no amount/unit to re-read.
+        sources.append(
+            RateSource(
+                name="bench",
+                origin=f"bench knee ({inputs.bench.path or 'bench'}, {knee:,.0f} tok/s per GPU x {gpus})",
+                text=f"{knee:g} tok/s",
+                tokens_per_s=knee * scale,
+                scale=scale,
+            )
+        )
+    if inputs.per_gpu is not None:
+        rate = parse_rate(inputs.per_gpu, "--per-gpu")
+        sources.append(RateSource.from_rate("per-gpu", f"--per-gpu x {gpus} GPUs", rate, scale))
+    if inputs.throughput is not None:
+        sources.append(RateSource.from_rate("throughput", "--throughput", parse_rate(inputs.throughput, "--throughput")))
+    for index, text in enumerate(inputs.claimed_rates):
+        name = "claimed" if index == 0 else f"claimed-{index + 1}"
+        sources.append(RateSource.from_rate(name, "--claimed-rate", parse_rate(text, "--claimed-rate", bare_unit=None)))
+    return sources
+
+
+def _resolve_lengths(
+    mean: float | None, lengths: list[float] | None, source: str | None, max_tokens: int | None, flag: str
+) -> tuple[float | None, LengthStats | None]:
+    if mean is not None and lengths is not None:
+        raise InputError(f"give either --{flag}-mean or --{flag}-lengths, not both")
+    if lengths is not None:
+        stats = summarize_lengths(lengths, max_tokens=max_tokens, source=source)
+        return stats.mean, stats
+    if mean is not None and max_tokens is not None and flag == "output" and mean > max_tokens:
+        raise InputError(f"--output-mean {mean:g} is above --max-tokens {max_tokens}: an average cannot exceed the cap")
+    return mean, None
+
+
+def make_plan(inputs: PlanInputs | dict[str, Any]) -> Plan:
+    """Compute the capacity plan. Raises `InputError` on bad input or unreconciled rates."""
+    inputs = validate_inputs(inputs)
+    warnings: list[str] = []
+
+    output_mean, output_stats = _resolve_lengths(
+        inputs.output_mean, inputs.output_lengths, inputs.output_lengths_source, inputs.max_tokens, "output"
+    )
+    if output_mean is None:
+        raise InputError("missing output length: pass --output-mean (average tokens) or --output-lengths FILE[:COLUMN]")
+    if output_mean <= 0:
+        raise InputError("the output length distribution has a zero mean; nothing to generate")
+    # Prompts are not capped by max_tokens (that limits completions only).
+    prompt_mean, prompt_stats = _resolve_lengths(
+        inputs.prompt_mean, inputs.prompt_lengths, inputs.prompt_lengths_source, None, "prompt"
+    )
+
+    sources = _rate_sources(inputs)
+    chosen, checks = choose_rate(sources, inputs.use_rate, inputs.rate_tolerance)
+    for check in checks:
+        if not check.agrees:
+            warnings.append(f"planning on {chosen.name} as asked (--use-rate); {check.message}")
+
+    gpus = inputs.gpus
+    if chosen.name in ("bench", "per-gpu"):
+        gpus = gpus or 1
+        per_gpu: float | None = chosen.tokens_per_s / cluster_tokens_per_s(1.0, gpus, inputs.efficiency)
+    elif gpus is not None:
+        per_gpu = chosen.tokens_per_s / cluster_tokens_per_s(1.0, gpus, inputs.efficiency)
+    else:
+        per_gpu = None
+    tokens_per_s = chosen.tokens_per_s
+    throughput = Throughput(
+        tokens_per_s=tokens_per_s,
+        source=chosen.name,
+        origin=chosen.origin,
+        per_gpu_tokens_per_s=per_gpu,
+        gpus=gpus,
+        efficiency=inputs.efficiency,
+        tokens_per_hour=tokens_per_s * 3600,
+        tokens_per_day=tokens_per_s * 86400,
+    )
+
+    total_output_tokens = round(inputs.samples * output_mean)
+    total_prompt_tokens = round(inputs.samples * prompt_mean) if prompt_mean is not None else None
+    seconds = total_output_tokens / tokens_per_s
+    wall_time = WallTime.from_seconds(seconds)
+
+    if inputs.bench is not None and inputs.bench.knee_mean_output_tokens:
+        measured = inputs.bench.knee_mean_output_tokens
+        if not (0.5 <= output_mean / measured <= 2):
+            warnings.append(
+                f"the bench knee was measured at {measured:,.0f} output tokens per request but the plan averages "
+                f"{output_mean:,.0f}; throughput at that length may differ, re-run bench with a matching max_tokens"
+            )
+    if output_stats is not None and output_stats.share_at_cap is not None and output_stats.share_at_cap >= 0.05:
+        warnings.append(
+            f"{output_stats.share_at_cap:.0%} of samples hit max_tokens={inputs.max_tokens}: those completions are "
+            f"truncated (thinking cut off); consider a larger cap"
+        )
+
+    length_factors = list(inputs.sensitivity_factors)
+    output_means = [min(output_mean * f, inputs.max_tokens) if inputs.max_tokens else output_mean * f for f in length_factors]
+    rates = [tokens_per_s * f for f in inputs.sensitivity_factors]
+    sensitivity = SensitivityTable(
+        throughput_factors=list(inputs.sensitivity_factors),
+        tokens_per_s=rates,
+        length_factors=length_factors,
+        output_means=output_means,
+        days=[[inputs.samples * mean / rate / 86400 for mean in output_means] for rate in rates],
+    )
+
+    deadline = None
+    needed = None
+    if inputs.deadline is not None:
+        deadline_s = parse_duration(inputs.deadline, "--deadline")
+        required = total_output_tokens / deadline_s
+        with_needed = None
+        if per_gpu is not None:
+            needed = gpus_needed(required, per_gpu, inputs.efficiency)
+            with_needed = WallTime.from_seconds(
+                total_output_tokens / cluster_tokens_per_s(per_gpu, needed, inputs.efficiency)
+            )
+        else:
+            warnings.append("no GPU count or per-GPU rate given, so the GPUs needed for the deadline are unknown")
+        deadline = DeadlinePlan(
+            deadline=inputs.deadline,
+            deadline_s=deadline_s,
+            required_tokens_per_s=required,
+            meets_deadline=seconds <= deadline_s,
+            slack_s=deadline_s - seconds,
+            gpus_needed=needed,
+            wall_time_with_gpus_needed=with_needed,
+        )
+
+    gpu_scaling: list[GpuScalingRow] = []
+    if per_gpu is not None:
+        counts = set(inputs.gpu_counts or DEFAULT_GPU_COUNTS)
+        counts.update(n for n in (gpus, needed) if n)
+        for count in sorted(counts):
+            rate = cluster_tokens_per_s(per_gpu, count, inputs.efficiency)
+            row_seconds = total_output_tokens / rate
+            gpu_scaling.append(
+                GpuScalingRow(
+                    gpus=count,
+                    tokens_per_s=rate,
+                    days=row_seconds / 86400,
+                    hours=row_seconds / 3600,
+                    meets_deadline=(row_seconds <= deadline.deadline_s) if deadline else None,
+                )
+            )
+
+    storage = _storage(inputs, total_output_tokens, total_prompt_tokens, warnings)
+
+    return Plan(
+        samples=inputs.samples,
+        output_mean=output_mean,
+        prompt_mean=prompt_mean,
+        max_tokens=inputs.max_tokens,
+        total_output_tokens=total_output_tokens,
+        total_prompt_tokens=total_prompt_tokens,
+        throughput=throughput,
+        wall_time=wall_time,
+        rate_checks=checks,
+        output_distribution=output_stats,
+        prompt_distribution=prompt_stats,
+        sensitivity=sensitivity,
+        gpu_scaling=gpu_scaling,
+        deadline=deadline,
+        storage=storage,
+        warnings=warnings,
+    )
+
+
+def _storage(
+    inputs: PlanInputs, total_output_tokens: int, total_prompt_tokens: int | None, warnings: list[str]
+) -> StorageEstimate | None:
+    hidden_size = inputs.hidden_size
+    if inputs.model_config_path is not None:
+        config_hidden, config_layers = read_model_shape(inputs.model_config_path)
+        if hidden_size is not None and hidden_size != config_hidden:
+            warnings.append(f"--hidden-size {hidden_size} overrides hidden_size {config_hidden} from the model config")
+        hidden_size = hidden_size or config_hidden
+        if inputs.captured_layers > config_layers:
+            raise InputError(
+                f"--captured-layers {inputs.captured_layers} is more than the model's {config_layers} layers "
+                f"({inputs.model_config_path})"
+            )
+    if hidden_size is None:
+        return None
+    if total_prompt_tokens is None:
+        warnings.append("no prompt length given: hidden-state storage counts completion tokens only (an underestimate)")
+    total_tokens = total_output_tokens + (total_prompt_tokens or 0)
+    return estimate_hidden_state_storage(
+        hidden_size=hidden_size,
+        num_captured_layers=inputs.captured_layers,
+        total_tokens=total_tokens,
+        num_samples=inputs.samples,
+        dtype=inputs.dtype,
+        disk_bytes=inputs.disk,
+    )
+

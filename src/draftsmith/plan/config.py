@@ -1,0 +1,122 @@
+"""Plan inputs from a YAML/TOML file and/or command-line flags (flags win).
+
+Keys in a file are spelled like the flags, with hyphens or underscores:
+
+    samples: 914000
+    output-mean: 2500          # or output-lengths: pilot.jsonl:completion_tokens
+    per-gpu: 400 tok/s
+    gpus: 4
+    claimed-rate: 5.4M/day
+    deadline: 7d
+    model-config: /models/target/config.json
+    disk: 90TB
+
+Relative paths in a file are relative to the file, so a plan file can live next to its data.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from draftsmith.errors import InputError
+from draftsmith.plan.bench_result import load_bench
+from draftsmith.plan.capacity import PlanInputs, validate_inputs
+from draftsmith.plan.distribution import load_lengths, split_source_spec
+
+# File/flag key -> PlanInputs field. File-only conveniences (lists of factors) live here too.
+KEY_TO_FIELD: dict[str, str] = {
+    "samples": "samples",
+    "num-samples": "samples",
+    "output-mean": "output_mean",
+    "output-lengths": "output_lengths",
+    "prompt-mean": "prompt_mean",
+    "prompt-lengths": "prompt_lengths",
+    "max-tokens": "max_tokens",
+    "per-gpu": "per_gpu",
+    "gpus": "gpus",
+    "efficiency": "efficiency",
+    "throughput": "throughput",
+    "bench": "bench",
+    "claimed-rate": "claimed_rates",
+    "claimed-rates": "claimed_rates",
+    "use-rate": "use_rate",
+    "rate-tolerance": "rate_tolerance",
+    "deadline": "deadline",
+    "hidden-size": "hidden_size",
+    "captured-layers": "captured_layers",
+    "dtype": "dtype",
+    "model-config": "model_config_path",
+    "disk": "disk",
+    "sensitivity-factors": "sensitivity_factors",
+    "gpu-counts": "gpu_counts",
+}
+_PATH_FIELDS = {"output_lengths", "prompt_lengths", "bench", "model_config_path"}
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Raw values from a YAML or TOML plan file, keyed by PlanInputs field, paths made absolute."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such config file")
+    text = path.read_text(encoding="utf-8")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".toml":
+            data = tomllib.loads(text)
+        elif suffix in {".yaml", ".yml", ".json"}:
+            data = yaml.safe_load(text)
+        else:
+            raise InputError(f"{path}: unknown config format {suffix!r} (use .yaml, .yml or .toml)")
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise InputError(f"{path}: cannot parse ({first_line})") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a mapping of plan inputs at the top level")
+    if isinstance(data.get("plan"), dict) and len(data) == 1:
+        data = data["plan"]  # allow a [plan] table / plan: section
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        field = KEY_TO_FIELD.get(str(key).replace("_", "-"))
+        if field is None:
+            known = ", ".join(sorted(k for k in KEY_TO_FIELD))
+            raise InputError(f"{path}: unknown key {key!r} (known keys: {known})")
+        if field in _PATH_FIELDS and isinstance(value, str):
+            value = _relative_to(value, path.parent)
+        values[field] = value
+    return values
+
+
+def _relative_to(spec: str, base: Path) -> str:
+    file_path, column = split_source_spec(spec)
+    if not file_path.is_absolute():
+        resolved = base / file_path
+        if not file_path.exists() or resolved.exists():
+            file_path = resolved
+    return f"{file_path}:{column}" if column else str(file_path)
+
+
+def build_inputs(config_path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> PlanInputs:
+    """Merge a config file with flag overrides (None means "not given") and load referenced files."""
+    values: dict[str, Any] = load_config_file(config_path) if config_path is not None else {}
+    given = {field: value for field, value in (overrides or {}).items() if value not in (None, [], ())}
+    # A flag giving a length one way replaces the file's value given the other way.
+    for mean_field, lengths_field in (("output_mean", "output_lengths"), ("prompt_mean", "prompt_lengths")):
+        if mean_field in given:
+            values.pop(lengths_field, None)
+        if lengths_field in given:
+            values.pop(mean_field, None)
+    values.update(given)
+    for field in ("output_lengths", "prompt_lengths"):
+        spec = values.get(field)
+        if isinstance(spec, (str, Path)):
+            values[field] = load_lengths(spec).tolist()
+            values.setdefault(f"{field}_source", str(spec))
+    if isinstance(values.get("bench"), (str, Path)):
+        values["bench"] = load_bench(values["bench"])
+    return validate_inputs(values)

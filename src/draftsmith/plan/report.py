@@ -1,0 +1,162 @@
+"""Rendering a `Plan` as rich tables for people (`--json` prints `Plan.to_dict()` for machines)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from draftsmith.plan.capacity import Plan
+from draftsmith.plan.distribution import LengthStats
+from draftsmith.plan.units import format_bytes, format_count, format_duration, format_tokens_per_s
+
+
+def render_plan(plan: Plan, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(_summary_table(plan))
+    if plan.rate_checks:
+        console.print(_rate_table(plan))
+    for title, stats in (("Output length", plan.output_distribution), ("Prompt length", plan.prompt_distribution)):
+        if stats is not None:
+            console.print(_distribution_table(title, stats))
+            for note in _distribution_notes(stats, tail=title.startswith("Output")):
+                console.print(f"  {note}")
+    console.print(_sensitivity_table(plan))
+    if plan.gpu_scaling:
+        console.print(_gpu_table(plan))
+    if plan.deadline is not None:
+        console.print(_deadline_line(plan))
+    if plan.storage is not None:
+        console.print(_storage_table(plan))
+    for warning in plan.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+
+
+def _summary_table(plan: Plan) -> Table:
+    table = Table(title="Regeneration plan", show_header=False, title_justify="left")
+    table.add_column("", style="bold")
+    table.add_column("")
+    throughput = plan.throughput
+    table.add_row("samples", f"{plan.samples:,}")
+    length = f"{plan.output_mean:,.0f} tokens"
+    if plan.max_tokens:
+        length += f" (max_tokens {plan.max_tokens:,})"
+    table.add_row("average output", length)
+    table.add_row("total output tokens", f"{plan.total_output_tokens:,} ({format_count(plan.total_output_tokens)})")
+    if plan.total_prompt_tokens is not None:
+        table.add_row("total prompt tokens", f"{plan.total_prompt_tokens:,} ({format_count(plan.total_prompt_tokens)})")
+    rate = f"{format_tokens_per_s(throughput.tokens_per_s)} from {throughput.origin}"
+    if throughput.per_gpu_tokens_per_s is not None and throughput.gpus:
+        rate += (
+            f"  [{format_tokens_per_s(throughput.per_gpu_tokens_per_s)} per GPU x {throughput.gpus} GPUs"
+            + (f" x {throughput.efficiency:g} efficiency" if throughput.gpus > 1 and throughput.efficiency < 1 else "")
+            + "]"
+        )
+    table.add_row("throughput", rate)
+    table.add_row(
+        "rate per hour / day",
+        f"{format_count(throughput.tokens_per_hour)}/hour, {format_count(throughput.tokens_per_day)}/day",
+    )
+    wall = plan.wall_time
+    table.add_row(
+        "wall time", f"[bold]{wall.days:.1f} days[/bold] ({wall.hours:,.1f} hours, {wall.seconds:,.0f} s)"
+    )
+    return table
+
+
+def _rate_table(plan: Plan) -> Table:
+    table = Table(title="Rate cross-check", title_justify="left")
+    table.add_column("rate")
+    table.add_column("tok/s", justify="right")
+    table.add_column("vs plan", justify="right")
+    table.add_column("verdict")
+    for check in plan.rate_checks:
+        verdict = "[green]agrees[/green]" if check.agrees else f"[red]disagrees[/red]: {check.message}"
+        table.add_row(check.other, f"{check.other_tokens_per_s:,.1f}", f"{check.ratio:.3g}x", verdict)
+    return table
+
+
+def _distribution_table(title: str, stats: LengthStats) -> Table:
+    table = Table(title=f"{title} ({stats.count:,} observed)", title_justify="left")
+    for column in ("mean", "p50", "p90", "p99", "max"):
+        table.add_column(column, justify="right")
+    table.add_row(*(f"{value:,.0f}" for value in (stats.mean, stats.p50, stats.p90, stats.p99, stats.max)))
+    return table
+
+
+def _distribution_notes(stats: LengthStats, tail: bool) -> list[str]:
+    notes = [f"from {stats.source}"] if stats.source else []
+    if stats.max_tokens is not None and stats.share_at_cap is not None:
+        notes.append(
+            f"{stats.share_at_cap:.1%} of samples hit max_tokens={stats.max_tokens:,}; the cap removes "
+            f"{stats.tokens_cut_share:.1%} of tokens (mean {stats.mean_before_cap:,.0f} before the cap)"
+        )
+    if tail:
+        notes.append(stats.describe_tail())
+    return notes
+
+
+def _sensitivity_table(plan: Plan) -> Table:
+    sensitivity = plan.sensitivity
+    table = Table(title="Days to finish: throughput (rows) x average output length (columns)", title_justify="left")
+    table.add_column("tok/s", justify="right")
+    for factor, mean in zip(sensitivity.length_factors, sensitivity.output_means):
+        header = f"{mean:,.0f}"
+        table.add_column(f"[bold]{header}[/bold]" if factor == 1.0 else header, justify="right")
+    for factor, rate, row in zip(sensitivity.throughput_factors, sensitivity.tokens_per_s, sensitivity.days):
+        label = f"{rate:,.0f}"
+        cells = []
+        for length_factor, days in zip(sensitivity.length_factors, row):
+            text = f"{days:.1f}"
+            cells.append(f"[bold]{text}[/bold]" if factor == 1.0 and length_factor == 1.0 else text)
+        table.add_row(f"[bold]{label}[/bold]" if factor == 1.0 else label, *cells)
+    return table
+
+
+def _gpu_table(plan: Plan) -> Table:
+    efficiency = plan.throughput.efficiency
+    table = Table(title=f"GPU scaling (efficiency {efficiency:g} beyond one GPU)", title_justify="left")
+    table.add_column("GPUs", justify="right")
+    table.add_column("tok/s", justify="right")
+    table.add_column("days", justify="right")
+    table.add_column("hours", justify="right")
+    if plan.deadline is not None:
+        table.add_column(f"within {plan.deadline.deadline}")
+    for row in plan.gpu_scaling:
+        cells = [str(row.gpus), f"{row.tokens_per_s:,.0f}", f"{row.days:.1f}", f"{row.hours:,.1f}"]
+        if plan.deadline is not None:
+            cells.append("[green]yes[/green]" if row.meets_deadline else "[red]no[/red]")
+        style = "bold" if row.gpus == plan.throughput.gpus else None
+        table.add_row(*cells, style=style)
+    return table
+
+
+def _deadline_line(plan: Plan) -> str:
+    deadline = plan.deadline
+    assert deadline is not None
+    status = (
+        f"[green]meets[/green] the {deadline.deadline} deadline with {format_duration(deadline.slack_s)} to spare"
+        if deadline.meets_deadline
+        else f"[red]misses[/red] the {deadline.deadline} deadline by {format_duration(-deadline.slack_s)}"
+    )
+    line = f"Deadline: the plan {status}; finishing in {deadline.deadline} needs {format_tokens_per_s(deadline.required_tokens_per_s)}"
+    if deadline.gpus_needed is not None and deadline.wall_time_with_gpus_needed is not None:
+        line += (
+            f" = [bold]{deadline.gpus_needed} GPUs[/bold] at this per-GPU rate and efficiency "
+            f"({deadline.wall_time_with_gpus_needed.human})"
+        )
+    return line + "."
+
+
+def _storage_table(plan: Plan) -> Table:
+    storage = plan.storage
+    assert storage is not None
+    table = Table(title="Hidden states for offline drafter training", show_header=False, title_justify="left")
+    table.add_column("", style="bold")
+    table.add_column("")
+    table.add_row("per token", f"{storage.num_captured_layers} layers x {storage.hidden_size} x {storage.dtype_bytes} B = "
+                  f"{storage.bytes_per_token:,} B")
+    table.add_row("per sample", format_bytes(storage.bytes_per_sample))
+    table.add_row("total", f"{format_bytes(storage.total_bytes)} ({storage.total_bytes:,} bytes)")
+    verdict_style = "green" if storage.recommendation == "offline" else "yellow"
+    table.add_row("recommendation", f"[{verdict_style}]{storage.recommendation}[/{verdict_style}]: {storage.reason}")
+    return table
