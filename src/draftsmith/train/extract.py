@@ -38,31 +38,30 @@ def _dtype_name(name: str) -> str:
     return name
 
 
-def resolve_layer_ids(target_config, num_draft_layers: int, block_size: int, target_layer_ids: list[int] | None, mask_token_id: int | None):
-    """The drafter config decides the default layers; reuse it so extract and train agree."""
-    from draftsmith.model import build_drafter_config
+def resolve_layer_ids(target_config, num_features: int, target_layer_ids: list[int] | None) -> list[int]:
+    """The captured target layers: explicit ones, else the model's default rule (shared with train)."""
+    from draftsmith.model import default_target_layer_ids
 
-    config = build_drafter_config(
-        target_config,
-        num_draft_layers=num_draft_layers,
-        block_size=block_size,
-        target_layer_ids=target_layer_ids,
-        mask_token_id=mask_token_id,
-    )
-    return config, list(config.dflash_config["target_layer_ids"])
+    num_layers = int(target_config.get_text_config().num_hidden_layers)
+    layer_ids = list(target_layer_ids) if target_layer_ids else default_target_layer_ids(num_layers, num_features)
+    bad = [layer for layer in layer_ids if not 0 <= layer < num_layers]
+    if bad:
+        raise InputError(f"target layer ids {bad} outside the target's layers 0..{num_layers - 1}")
+    return layer_ids
 
 
 def mask_token_id_for(target_dir: Path) -> int:
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(target_dir)
-    token_id = tokenizer.convert_tokens_to_ids("<|MASK|>")
-    if token_id is None or token_id == tokenizer.unk_token_id:
+    from draftsmith.model import mask_token_id
+
+    token_id = mask_token_id(AutoTokenizer.from_pretrained(target_dir))
+    if token_id is None:
         raise InputError(
             f"{target_dir}: the tokenizer has no <|MASK|> token; add one (DFlash blocks are "
-            "[anchor, MASK x (B-1)]) or pass --mask-token-id"
+            "[anchor, MASK x (B-1)], see draftsmith.model.ensure_mask_token) or pass --mask-token-id"
         )
-    return int(token_id)
+    return token_id
 
 
 @dataclass
@@ -104,7 +103,7 @@ def extract_features(
     data: str | Path,
     out: str | Path,
     *,
-    num_draft_layers: int = 5,
+    num_features: int = 5,
     target_layer_ids: list[int] | None = None,
     dtype: str = "bfloat16",
     max_length: int = 3072,
@@ -126,8 +125,8 @@ def extract_features(
     target_config = load_target_config(target)
     dataset = load_tokenized(data, max_length=max_length)
     check_vocabulary(dataset, target_config.vocab_size)
-    _, layer_ids = resolve_layer_ids(target_config, num_draft_layers, 16, target_layer_ids, 0)
-    hidden_size = int(target_config.hidden_size)
+    layer_ids = resolve_layer_ids(target_config, num_features, target_layer_ids)
+    hidden_size = int(target_config.get_text_config().hidden_size)
 
     estimate = storage_estimate(hidden_size, len(layer_ids), dataset, dtype, out)
     summary = estimate.summary()

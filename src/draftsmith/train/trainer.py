@@ -63,6 +63,7 @@ class TrainConfig(BaseModel):
     block_size: int = Field(16, ge=2)
     num_draft_layers: int = Field(5, ge=1)
     target_layer_ids: list[int] | None = None
+    num_features: int = Field(5, ge=1, description="captured target layers when target_layer_ids is unset")
     mask_token_id: int | None = Field(None, description="default: the tokenizer's <|MASK|>")
     num_anchors: int = Field(512, ge=1, description="max blocks per sequence, resampled each epoch")
     gamma: float | None = Field(None, gt=0, description="loss decay; default 7/5/4 for B=16/10/8")
@@ -79,6 +80,7 @@ class TrainConfig(BaseModel):
     batch_size: int = Field(1, ge=1, description="sequences per micro-batch per process")
     dtype: Literal["auto", "fp32", "bf16"] = "auto"
     device: str = "auto"
+    num_threads: int | None = Field(None, ge=1, description="CPU threads per process (torch default if unset)")
     seed: int = 0
     save_every: int = Field(0, ge=0, description="checkpoint every N steps (0: at each epoch end)")
     keep_checkpoints: int = Field(2, ge=1)
@@ -147,7 +149,7 @@ class DrafterTrainer:
 
     def __init__(self, config: TrainConfig, context: DistributedContext, dataset: TokenizedDataset):
         from draftsmith.model import DFlashDraftModel, build_drafter_config
-        from draftsmith.train.extract import FeatureStore, mask_token_id_for
+        from draftsmith.train.extract import FeatureStore, mask_token_id_for, resolve_layer_ids
         from draftsmith.train.target import load_embedding_and_head, load_target_config, load_target_model
 
         self.config = config
@@ -170,6 +172,8 @@ class DrafterTrainer:
                     f"but --target-layer-ids asks for {layer_ids}"
                 )
             layer_ids = self.features.layer_ids
+        if layer_ids is None:
+            layer_ids = resolve_layer_ids(target_config, config.num_features, None)
         mask_token_id = config.mask_token_id if config.mask_token_id is not None else mask_token_id_for(config.target)
         self.mask_token_id = mask_token_id
         self.drafter_config = build_drafter_config(
@@ -179,9 +183,7 @@ class DrafterTrainer:
             target_layer_ids=layer_ids,
             mask_token_id=mask_token_id,
         )
-        self.layer_ids = list(self.drafter_config.dflash_config["target_layer_ids"])
-        if any(not 0 <= layer < target_config.num_hidden_layers for layer in self.layer_ids):
-            raise InputError(f"target layer ids {self.layer_ids} outside 0..{target_config.num_hidden_layers - 1}")
+        self.layer_ids = list(self.drafter_config.target_layer_ids)
 
         target_dtype = torch.bfloat16 if (compute == "bf16" and self.device.type == "cuda") else torch.float32
         if self.features is None:
@@ -223,13 +225,11 @@ class DrafterTrainer:
         if self.features is None:
             from draftsmith.model import extract_target_features
 
+            context_mask = batch.context_mask.to(self.device)
             with self.autocast():
-                return extract_target_features(
-                    self.target,
-                    batch.context_ids.to(self.device),
-                    batch.context_mask.to(self.device),
-                    self.layer_ids,
-                )
+                features = extract_target_features(self.target, batch.context_ids.to(self.device), context_mask, self.layer_ids)
+            # Padding is never attended to; zeroing it makes online and offline inputs identical.
+            return features * context_mask[..., None].to(features.dtype)
         rows = [self.features.get(index, self.dataset[index].id) for index in sample_indices]
         width = batch.context_ids.shape[1]
         stacked = torch.zeros((len(rows), width, rows[0].shape[-1]), dtype=rows[0].dtype)
@@ -315,7 +315,7 @@ def _save_checkpoint(trainer: DrafterTrainer, optimizer, scheduler, state: dict,
 
 def _check_resume_config(saved: dict, config: TrainConfig, checkpoint: Path) -> None:
     # These change what the saved optimizer state and data position mean.
-    keys = ["block_size", "num_draft_layers", "target_layer_ids", "num_anchors", "max_length", "batch_size", "grad_accum", "seed", "epochs", "max_steps"]
+    keys = ["block_size", "num_draft_layers", "target_layer_ids", "num_features", "num_anchors", "max_length", "batch_size", "grad_accum", "seed", "epochs", "max_steps"]
     current = config.model_dump(mode="json")
     different = [key for key in keys if saved.get(key) != current.get(key)]
     if different:
@@ -360,6 +360,8 @@ def train_drafter(config: TrainConfig) -> TrainResult:
     """Train (or resume training) a drafter; the final checkpoint lands in `<out>/drafter`."""
     from draftsmith.model import save_drafter
 
+    if config.num_threads is not None:
+        torch.set_num_threads(config.num_threads)
     context = init_distributed(config.device)
     try:
         return _train(config, context, save_drafter)
