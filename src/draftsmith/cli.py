@@ -39,6 +39,14 @@ from draftsmith.train.cli import register as _register_train  # noqa: E402
 
 _register_train(app)
 
+from draftsmith.evaluate.cli import register as _register_eval  # noqa: E402
+
+_register_eval(app)
+
+from draftsmith.export.cli import register as _register_export  # noqa: E402
+
+_register_export(app)
+
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for the console script; returns the process exit code."""

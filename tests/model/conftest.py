@@ -4,6 +4,15 @@ import pytest
 import torch
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    # Tiny models on a shared 2-core machine: multi-threaded GEMMs stall on oversubscription.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 @pytest.fixture(scope="session")
 def tiny_target(tiny_target_dir):
     from transformers import AutoModelForCausalLM

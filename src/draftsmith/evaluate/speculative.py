@@ -1,0 +1,410 @@
+"""Real DFlash speculative decoding against plain greedy decoding of the same target.
+
+One cycle (batch 1, greedy): the drafter sees the target features of every committed token (its KV
+cache holds the projected context; only the features of tokens committed since the last cycle are
+fed in), drafts a block [last committed token, MASK x (B-1)] in ONE forward, the target verifies
+the whole block in ONE forward on its KV cache, the longest prefix where draft == target argmax is
+accepted, plus the target's own next token (the "bonus"); both KV caches are cropped back to the
+committed length and the target features of the newly committed tokens become drafter context.
+
+Greedy verification makes the output identical to plain greedy decoding of the target, up to
+floating-point differences between a 1-token and a B-token forward. `evaluate_drafter` checks that
+token for token for every prompt and fails loudly when it does not hold.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from draftsmith.errors import DraftsmithError, InputError
+from draftsmith.model import (
+    DFlashDraftModel,
+    load_drafter,
+    select_layer_features,
+    target_embed_tokens,
+    target_lm_head,
+)
+
+
+class LosslessnessError(DraftsmithError):
+    """Greedy speculative output differed from plain greedy target output."""
+
+
+@dataclass
+class DecodeResult:
+    tokens: list[int]
+    seconds: float
+    acceptance_lengths: list[int] = field(default_factory=list)
+
+
+@dataclass
+class PromptResult:
+    id: str
+    prompt_tokens: int
+    new_tokens: int
+    cycles: int
+    tau: float
+    speculative_seconds: float
+    target_seconds: float
+    identical: bool
+    first_mismatch: int | None = None
+
+
+@dataclass
+class EvalReport:
+    tau: float
+    acceptance_histogram: dict[int, int]
+    block_size: int
+    num_prompts: int
+    total_new_tokens: int
+    total_cycles: int
+    speculative_tokens_per_s: float
+    target_tokens_per_s: float
+    speedup: float
+    lossless: bool
+    mismatched_prompts: list[str]
+    max_new_tokens: int
+    per_prompt: list[PromptResult]
+
+    kind: str = "draftsmith.eval"
+    version: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["acceptance_histogram"] = {str(k): v for k, v in sorted(self.acceptance_histogram.items())}
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @property
+    def verdict(self) -> str:
+        status = "lossless" if self.lossless else f"NOT LOSSLESS ({len(self.mismatched_prompts)} prompts differ)"
+        return (
+            f"tau {self.tau:.2f} (block {self.block_size}) over {self.total_cycles} cycles, "
+            f"{self.speculative_tokens_per_s:.1f} vs {self.target_tokens_per_s:.1f} tok/s "
+            f"({self.speedup:.2f}x), {status}"
+        )
+
+    def render(self, console) -> None:
+        from rich.table import Table
+
+        summary = Table(title="DFlash speculative decoding", show_header=False)
+        summary.add_row("acceptance length tau", f"{self.tau:.3f}  (1 = no draft accepted, max {self.block_size})")
+        summary.add_row("prompts / new tokens / cycles", f"{self.num_prompts} / {self.total_new_tokens} / {self.total_cycles}")
+        summary.add_row("speculative tokens/s", f"{self.speculative_tokens_per_s:.1f}")
+        summary.add_row("plain greedy target tokens/s", f"{self.target_tokens_per_s:.1f}")
+        summary.add_row("speed-up", f"{self.speedup:.2f}x")
+        summary.add_row(
+            "lossless (greedy output identical)",
+            "yes" if self.lossless else f"[bold red]NO[/] — differs for {', '.join(self.mismatched_prompts[:5])}",
+        )
+        console.print(summary)
+        histogram = Table(title="accepted tokens per cycle")
+        histogram.add_column("length", justify="right")
+        histogram.add_column("cycles", justify="right")
+        histogram.add_column("share", justify="right")
+        histogram.add_column("")
+        total = max(1, sum(self.acceptance_histogram.values()))
+        for length in range(1, self.block_size + 1):
+            count = self.acceptance_histogram.get(length, 0)
+            histogram.add_row(str(length), str(count), f"{count / total:.1%}", "#" * round(40 * count / total))
+        console.print(histogram)
+
+
+def _stop_set(stop_token_ids: Sequence[int] | None) -> set[int]:
+    return {int(t) for t in (stop_token_ids or [])}
+
+
+def _new_cache(config) -> DynamicCache:
+    return DynamicCache(config=config)
+
+
+def _cache_kwarg(model) -> str:
+    # transformers 5.24 renamed the forward argument `past_key_values` to `cache`.
+    import inspect
+
+    try:
+        parameters = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def _crop(cache: DynamicCache, length: int) -> None:
+    excess = cache.get_seq_length() - length
+    if excess > 0:
+        cache.crop(-excess)
+
+
+@torch.inference_mode()
+def greedy_decode(
+    target, input_ids: torch.Tensor, max_new_tokens: int, stop_token_ids: Sequence[int] | None = None
+) -> DecodeResult:
+    """Plain greedy decoding with a KV cache, one target forward per token (the baseline)."""
+    stops = _stop_set(stop_token_ids)
+    started = time.perf_counter()
+    cache = _new_cache(target.config)
+    cache_kwarg = _cache_kwarg(target)
+    prompt_len = input_ids.shape[1]
+    output = target(input_ids, use_cache=True, logits_to_keep=1, **{cache_kwarg: cache})
+    tokens: list[int] = []
+    while True:
+        token = int(output.logits[0, -1].argmax())
+        tokens.append(token)
+        if token in stops or len(tokens) >= max_new_tokens:
+            break
+        position = torch.tensor([[prompt_len + len(tokens) - 1]], device=input_ids.device)
+        output = target(
+            torch.tensor([[token]], device=input_ids.device),
+            position_ids=position,
+            use_cache=True,
+            **{cache_kwarg: cache},
+        )
+    return DecodeResult(tokens, time.perf_counter() - started)
+
+
+@torch.inference_mode()
+def speculative_decode(
+    target,
+    drafter: DFlashDraftModel,
+    input_ids: torch.Tensor,
+    max_new_tokens: int,
+    stop_token_ids: Sequence[int] | None = None,
+    block_size: int | None = None,
+) -> DecodeResult:
+    """Greedy DFlash speculative decoding; `acceptance_lengths` holds tokens committed per cycle."""
+    stops = _stop_set(stop_token_ids)
+    block_size = int(block_size or drafter.block_size)
+    layer_ids = drafter.target_layer_ids
+    embed = target_embed_tokens(target)
+    lm_head = target_lm_head(target)
+    device = input_ids.device
+
+    started = time.perf_counter()
+    target_cache = _new_cache(target.config)
+    drafter_cache = _new_cache(drafter.config)
+    cache_kwarg = _cache_kwarg(target)
+    prompt_len = input_ids.shape[1]
+    output = target(
+        input_ids, use_cache=True, logits_to_keep=1, output_hidden_states=True, **{cache_kwarg: target_cache}
+    )
+    tokens = [int(output.logits[0, -1].argmax())]
+    pending_context = select_layer_features(output.hidden_states, layer_ids)  # not yet in drafter cache
+    acceptance_lengths: list[int] = []
+
+    while tokens[-1] not in stops and len(tokens) < max_new_tokens:
+        anchor_position = prompt_len + len(tokens) - 1  # == committed length in the target cache
+        verify_size = min(block_size, max_new_tokens - len(tokens))
+        block = torch.full((1, verify_size), drafter.mask_token_id, dtype=torch.long, device=device)
+        block[0, 0] = tokens[-1]
+        if verify_size > 1:
+            context_len = pending_context.shape[1]
+            positions = torch.arange(anchor_position - context_len, anchor_position + verify_size, device=device)
+            hidden = drafter(
+                position_ids=positions.unsqueeze(0),
+                noise_embedding=embed(block),
+                target_hidden=pending_context.to(drafter.fc.weight.dtype),
+                past_key_values=drafter_cache,
+                use_cache=True,
+            )
+            _crop(drafter_cache, anchor_position)  # keep context keys, drop this block's
+            block[0, 1:] = drafter.compute_logits(hidden[:, 1:], lm_head).argmax(-1)[0]
+
+        output = target(
+            block,
+            position_ids=torch.arange(anchor_position, anchor_position + verify_size, device=device).unsqueeze(0),
+            use_cache=True,
+            output_hidden_states=verify_size > 1,
+            **{cache_kwarg: target_cache},
+        )
+        predicted = output.logits[0].argmax(-1)
+        matches = (block[0, 1:] == predicted[:-1]).int()
+        accepted = int(matches.cumprod(0).sum()) if matches.numel() else 0
+        new_tokens = block[0, 1 : accepted + 1].tolist() + [int(predicted[accepted])]
+        for index, token in enumerate(new_tokens):
+            if token in stops:
+                new_tokens = new_tokens[: index + 1]
+                break
+        tokens.extend(new_tokens)
+        acceptance_lengths.append(len(new_tokens))
+        committed = anchor_position + accepted + 1  # anchor + accepted drafts now hold valid target KV
+        _crop(target_cache, committed)
+        if verify_size > 1:
+            pending_context = select_layer_features(output.hidden_states, layer_ids)[:, : accepted + 1]
+    return DecodeResult(tokens[:max_new_tokens], time.perf_counter() - started, acceptance_lengths)
+
+
+def _first_mismatch(a: Sequence[int], b: Sequence[int]) -> int | None:
+    for index, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return index
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _encode(tokenizer, prompt, enable_thinking: bool | None) -> list[int]:
+    if prompt.messages is not None:
+        kwargs = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
+        text = tokenizer.apply_chat_template(prompt.messages, tokenize=False, add_generation_prompt=True, **kwargs)
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
+
+
+def default_stop_token_ids(target, tokenizer) -> list[int]:
+    eos = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    if eos is None:
+        return []
+    return [int(eos)] if isinstance(eos, int) else [int(t) for t in eos]
+
+
+def evaluate_drafter(
+    target: str | Path | torch.nn.Module,
+    drafter: str | Path | DFlashDraftModel,
+    prompts: str | Path | Sequence[Any],
+    max_new_tokens: int = 256,
+    tokenizer=None,
+    block_size: int | None = None,
+    limit: int | None = None,
+    enable_thinking: bool | None = None,
+    dtype: torch.dtype = torch.float32,
+    strict: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> EvalReport:
+    """Speculative vs plain greedy decoding on every prompt; tau, histogram, tokens/s, lossless check.
+
+    `prompts` is a file (see `read_prompts`), a list of `Prompt`s / rows, or a list of token-id
+    lists. With `strict` (default) a non-identical output raises `LosslessnessError` naming the
+    prompts and the first differing position; otherwise the report says so in `lossless`.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from draftsmith.evaluate.prompts import Prompt, read_prompts
+
+    if isinstance(target, (str, Path)):
+        target_path = Path(target)
+        if not (target_path / "config.json").is_file():
+            raise InputError(f"{target_path}: not a model directory (no config.json)")
+        tokenizer = tokenizer or AutoTokenizer.from_pretrained(target_path)
+        target = AutoModelForCausalLM.from_pretrained(target_path, dtype=dtype)
+    target = target.eval()
+    if isinstance(drafter, (str, Path)):
+        drafter = load_drafter(drafter, dtype=next(target.parameters()).dtype)
+    drafter = drafter.eval()
+    if max_new_tokens < 1:
+        raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    _check_pair(target, drafter)
+
+    if isinstance(prompts, (str, Path)):
+        items: list[Any] = read_prompts(prompts, limit=limit)
+    else:
+        items = list(prompts)[:limit] if limit else list(prompts)
+    encoded: list[tuple[str, list[int]]] = []
+    for index, item in enumerate(items):
+        if isinstance(item, dict):
+            item = Prompt(str(item.get("id", index)), messages=item.get("messages"), text=item.get("prompt"))
+        if isinstance(item, Prompt):
+            if tokenizer is None:
+                raise InputError("evaluate_drafter needs a tokenizer for text/message prompts")
+            encoded.append((item.id, _encode(tokenizer, item, enable_thinking)))
+        else:
+            encoded.append((str(index), [int(t) for t in item]))
+    stops = default_stop_token_ids(target, tokenizer) if tokenizer is not None else list(
+        _stop_set([target.generation_config.eos_token_id] if getattr(target, "generation_config", None) else [])
+    )
+    device = next(target.parameters()).device
+    block = int(block_size or drafter.block_size)
+
+    # One short untimed pass of each decoder so first-call allocation does not skew the timings.
+    warm = torch.tensor([encoded[0][1]], device=device)
+    greedy_decode(target, warm, min(4, max_new_tokens), stops)
+    speculative_decode(target, drafter, warm, min(4, max_new_tokens), stops, block)
+
+    results: list[PromptResult] = []
+    histogram: Counter[int] = Counter()
+    spec_tokens = spec_seconds = target_tokens = target_seconds = 0.0
+    for done, (prompt_id, ids) in enumerate(encoded, start=1):
+        input_ids = torch.tensor([ids], device=device)
+        plain = greedy_decode(target, input_ids, max_new_tokens, stops)
+        spec = speculative_decode(target, drafter, input_ids, max_new_tokens, stops, block)
+        mismatch = _first_mismatch(plain.tokens, spec.tokens)
+        histogram.update(spec.acceptance_lengths)
+        spec_tokens += len(spec.tokens)
+        spec_seconds += spec.seconds
+        target_tokens += len(plain.tokens)
+        target_seconds += plain.seconds
+        cycles = len(spec.acceptance_lengths)
+        results.append(
+            PromptResult(
+                id=prompt_id,
+                prompt_tokens=len(ids),
+                new_tokens=len(spec.tokens),
+                cycles=cycles,
+                # The first token comes from prefill, not from a cycle.
+                tau=(sum(spec.acceptance_lengths) / cycles) if cycles else 0.0,
+                speculative_seconds=spec.seconds,
+                target_seconds=plain.seconds,
+                identical=mismatch is None,
+                first_mismatch=mismatch,
+            )
+        )
+        if progress is not None:
+            progress(done, len(encoded))
+
+    total_cycles = sum(histogram.values())
+    mismatched = [r.id for r in results if not r.identical]
+    spec_rate = spec_tokens / spec_seconds if spec_seconds else 0.0
+    target_rate = target_tokens / target_seconds if target_seconds else 0.0
+    report = EvalReport(
+        tau=(sum(k * v for k, v in histogram.items()) / total_cycles) if total_cycles else 0.0,
+        acceptance_histogram=dict(histogram),
+        block_size=block,
+        num_prompts=len(results),
+        total_new_tokens=int(spec_tokens),
+        total_cycles=total_cycles,
+        speculative_tokens_per_s=spec_rate,
+        target_tokens_per_s=target_rate,
+        speedup=spec_rate / target_rate if target_rate else 0.0,
+        lossless=not mismatched,
+        mismatched_prompts=mismatched,
+        max_new_tokens=max_new_tokens,
+        per_prompt=results,
+    )
+    if strict and mismatched:
+        raise LosslessnessError(_mismatch_message(report))
+    return report
+
+
+def _mismatch_message(report: EvalReport) -> str:
+    details = ", ".join(
+        f"{r.id} (first difference at new token {r.first_mismatch})" for r in report.per_prompt if not r.identical
+    )
+    return (
+        f"speculative greedy output differs from plain greedy target output for {len(report.mismatched_prompts)} "
+        f"of {report.num_prompts} prompts: {details}"
+    )
+
+
+def _check_pair(target, drafter: DFlashDraftModel) -> None:
+    target_config = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
+    problems = []
+    if target_config.hidden_size != drafter.config.hidden_size:
+        problems.append(f"hidden_size {drafter.config.hidden_size} != target {target_config.hidden_size}")
+    if max(drafter.target_layer_ids) >= target_config.num_hidden_layers:
+        problems.append(
+            f"target_layer_ids {drafter.target_layer_ids} exceed the target's {target_config.num_hidden_layers} layers"
+        )
+    if drafter.mask_token_id >= target.get_input_embeddings().num_embeddings:
+        problems.append(f"mask_token_id {drafter.mask_token_id} is outside the target's embedding table")
+    if problems:
+        raise InputError("drafter does not fit this target: " + "; ".join(problems))

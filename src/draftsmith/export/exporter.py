@@ -1,0 +1,169 @@
+"""Export a trained drafter as the checkpoint directory serving engines load.
+
+The directory holds exactly `config.json` + `model.safetensors` in the DFlash format (see
+DFLASH.md) and a short README.md with the serving flags. Before the directory appears under its
+final name the exported weights are reloaded and their outputs compared with the source drafter's,
+and, when the reference `dflash` package is installed, with the reference implementation's.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from draftsmith.errors import InputError
+from draftsmith.model import CONFIG_NAME, DFlashDraftModel, load_drafter, save_drafter
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class ExportResult:
+    path: Path
+    source: Path | None
+    dtype: str
+    num_parameters: int
+    max_abs_diff: float
+    reference_check: str  # "passed (max diff ...)", "skipped: ...", never "failed" (that raises)
+    files: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (
+            f"exported {self.num_parameters:,} drafter parameters ({self.dtype}) to {self.path}; "
+            f"reload check max |diff| {self.max_abs_diff:.2e}; reference dflash: {self.reference_check}"
+        )
+
+
+def resolve_drafter_dir(path: str | Path) -> Path:
+    """A drafter directory, or the newest drafter inside a `draftsmith train` output directory."""
+    path = Path(path)
+    if (path / CONFIG_NAME).is_file():
+        return path
+    if (path / "drafter" / CONFIG_NAME).is_file():
+        return path / "drafter"
+    steps = sorted(p for p in (path / "checkpoints").glob("step-*") if (p / CONFIG_NAME).is_file())
+    if steps:
+        return steps[-1]
+    raise InputError(
+        f"{path}: no drafter found (expected config.json here, in drafter/, or in checkpoints/step-*/)"
+    )
+
+
+def probe_inputs(drafter: DFlashDraftModel, context_len: int = 9, seed: int = 0):
+    """Deterministic (position_ids, noise_embedding, target_hidden) to compare implementations on."""
+    generator = torch.Generator().manual_seed(seed)
+    config = drafter.config
+    block = drafter.block_size
+    hidden = config.hidden_size
+    target_hidden = torch.randn(1, context_len, len(drafter.target_layer_ids) * hidden, generator=generator)
+    noise = torch.randn(1, block, hidden, generator=generator) * 0.02
+    positions = torch.arange(context_len + block).unsqueeze(0)
+    return positions, noise, target_hidden
+
+
+def _run(drafter: torch.nn.Module, inputs, dtype: torch.dtype) -> torch.Tensor:
+    positions, noise, target_hidden = inputs
+    with torch.no_grad():
+        return drafter(
+            position_ids=positions, noise_embedding=noise.to(dtype), target_hidden=target_hidden.to(dtype)
+        ).float()
+
+
+def _tolerance(dtype: torch.dtype) -> float:
+    return 1e-4 if dtype == torch.float32 else 5e-2
+
+
+def reference_check(path: Path, ours: DFlashDraftModel, dtype: torch.dtype) -> str:
+    """Load `path` with the reference `dflash.DFlashDraftModel` and compare its outputs with ours."""
+    try:
+        from dflash import DFlashDraftModel as ReferenceDraftModel
+    except Exception as error:  # not installed, or incompatible with this transformers
+        return f"skipped: reference dflash package not importable ({type(error).__name__}: {error})"
+    reference = ReferenceDraftModel.from_pretrained(str(path), attn_implementation="sdpa", dtype=dtype).eval()
+    if list(reference.target_layer_ids) != list(ours.target_layer_ids):
+        raise InputError(
+            f"{path}: reference dflash reads target_layer_ids {reference.target_layer_ids}, ours {ours.target_layer_ids}"
+        )
+    inputs = probe_inputs(ours)
+    diff = (_run(reference, inputs, dtype) - _run(ours, inputs, dtype)).abs().max().item()
+    if not diff <= _tolerance(dtype):
+        raise InputError(f"{path}: reference dflash output differs from draftsmith's by {diff:.3e}")
+    return f"passed (max |diff| {diff:.2e})"
+
+
+def _model_card(config, dtype: str) -> str:
+    flash = config.dflash_config
+    return f"""# DFlash drafter (exported by draftsmith)
+
+- block size {config.block_size}, {config.num_hidden_layers} draft layers, hidden {config.hidden_size}
+- target: {config.num_target_layers} layers; features from target layers {flash["target_layer_ids"]}
+- mask token id {flash["mask_token_id"]} (`<|MASK|>` in the target tokenizer); weights {dtype}
+- no embedding or lm_head: the target's are used
+
+SGLang: `--speculative-algorithm DFLASH --speculative-draft-model-path <this dir>`
+
+vLLM: `--speculative-config '{{"method": "dflash", "model": "<this dir>", "num_speculative_tokens": {config.block_size - 1}}}'`
+"""
+
+
+def export_drafter(
+    drafter: str | Path | DFlashDraftModel,
+    out: str | Path,
+    dtype: str | None = None,
+    overwrite: bool = False,
+    check_reference: bool = True,
+) -> ExportResult:
+    """Write the serving checkpoint for `drafter` (a directory, train output dir, or model) to `out`."""
+    out = Path(out)
+    source: Path | None = None
+    if isinstance(drafter, (str, Path)):
+        source = resolve_drafter_dir(drafter)
+        model = load_drafter(source)
+    else:
+        model = drafter.eval()
+    if dtype is not None and dtype not in _DTYPES:
+        raise InputError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+    target_dtype = _DTYPES[dtype] if dtype else model.fc.weight.dtype
+    dtype_name = str(target_dtype).removeprefix("torch.")
+    for name, parameter in model.named_parameters():
+        if not torch.isfinite(parameter).all():
+            raise InputError(f"{source or 'drafter'}: parameter {name} has NaN/inf values; refusing to export")
+
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise InputError(f"{out}: exists and is not empty (pass --force to replace it)")
+    if source is not None and out.resolve() == source.resolve():
+        raise InputError(f"{out}: is the source drafter directory; export to a new directory")
+
+    staging = out.with_name(f".{out.name}.partial")
+    if staging.exists():
+        shutil.rmtree(staging)
+    save_drafter(model, staging, dtype=target_dtype)
+    (staging / "README.md").write_text(_model_card(model.config, dtype_name))
+
+    reloaded = load_drafter(staging)
+    inputs = probe_inputs(model)
+    # Same dtype on both sides, so this checks the file round trip, not the precision change.
+    source_model = model if target_dtype == model.fc.weight.dtype else copy.deepcopy(model).to(target_dtype)
+    diff = (_run(reloaded, inputs, target_dtype) - _run(source_model, inputs, target_dtype)).abs().max().item()
+    if not diff <= _tolerance(target_dtype):
+        shutil.rmtree(staging)
+        raise InputError(f"{out}: exported drafter does not reproduce the source (max |diff| {diff:.3e})")
+    check = reference_check(staging, reloaded, target_dtype) if check_reference else "skipped: not requested"
+
+    if out.exists():
+        shutil.rmtree(out)
+    staging.rename(out)
+    return ExportResult(
+        path=out,
+        source=source,
+        dtype=dtype_name,
+        num_parameters=sum(p.numel() for p in reloaded.parameters()),
+        max_abs_diff=diff,
+        reference_check=check,
+        files=sorted(p.name for p in out.iterdir()),
+    )
