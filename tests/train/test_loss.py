@@ -64,3 +64,30 @@ def test_masked_predictions_get_no_gradient():
     assert logits.grad[0, 0, 1].abs().sum() == 0
     assert logits.grad[0, 1].abs().sum() == 0
     assert logits.grad[0, 0, 0].abs().sum() > 0
+
+
+def test_loss_from_hidden_scores_only_unmasked_predictions_and_matches():
+    from draftsmith.train.loss import dflash_loss_from_hidden
+
+    torch.manual_seed(1)
+    head = torch.nn.Linear(8, 13, bias=False)
+    hidden = torch.randn(2, 3, 5, 8, requires_grad=True)
+    labels = torch.randint(0, 13, (2, 3, 5))
+    label_mask = (torch.rand(2, 3, 5) > 0.4).float()
+    label_mask[1, 2] = 0  # a padding block
+    weights = position_weights(6)
+    scored_rows = []
+
+    def score(rows):
+        scored_rows.append(rows.shape[0])
+        return head(rows)
+
+    fast = dflash_loss_from_hidden(hidden, score, labels, label_mask, weights)
+    full = dflash_loss(head(hidden), labels, label_mask, weights)
+    assert scored_rows == [int(label_mask.sum())]
+    assert fast.loss.item() == pytest.approx(full.loss.item(), rel=1e-6)
+    assert fast.correct.tolist() == full.correct.tolist()
+    assert fast.accepted_prefix.item() == full.accepted_prefix.item()
+    (grad_fast,) = torch.autograd.grad(fast.loss, hidden)
+    (grad_full,) = torch.autograd.grad(full.loss, hidden)
+    torch.testing.assert_close(grad_fast, grad_full)

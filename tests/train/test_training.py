@@ -150,6 +150,18 @@ def test_training_loss_drops_on_the_tiny_target(regenerated, tiny_target_dir, tm
     drafter = load_drafter(tmp_path / "run" / "drafter")
     assert drafter.block_size == 8 and drafter.config.num_hidden_layers == 1
 
+    # Real speculative decoding on prompts it never saw: the trained drafter gets drafts accepted,
+    # an untrained one of the same shape (same seed, as training starts from) hardly ever does.
+    from draftsmith.evaluate import evaluate_drafter
+    from draftsmith.model import DFlashDraftModel
+
+    prompts = list(synthetic_prompts(4, seed=123))
+    trained = evaluate_drafter(tiny_target_dir, drafter, prompts, max_new_tokens=64)
+    torch.manual_seed(0)
+    untrained = evaluate_drafter(tiny_target_dir, DFlashDraftModel(drafter.config), prompts, max_new_tokens=64)
+    assert trained.lossless and untrained.lossless
+    assert trained.tau > 1.3 and trained.tau > untrained.tau + 0.25, (trained.verdict, untrained.verdict)
+
 
 def test_torchrun_two_processes_stay_in_sync(regenerated, tiny_target_dir, tmp_path):
     out = tmp_path / "ddp"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -87,7 +88,7 @@ def register(app: typer.Typer) -> None:
             log_every=log_every,
         )
         result = train_drafter(config)
-        if result.world_size == 1 or int(__import__("os").environ.get("RANK", "0")) == 0:
+        if int(os.environ.get("RANK", "0")) == 0:
             typer.echo(
                 f"trained {result.steps} steps in {result.elapsed_s:.1f}s: loss {result.first_loss:.4f} -> "
                 f"{result.final_loss:.4f}, train tau ~{result.train_tau:.2f}; drafter in {result.drafter_dir}"

@@ -73,3 +73,37 @@ def expected_weight_sum(block_size: int, gamma: float | None = None) -> float:
     """sum_k w_k for a block with every label present (for sanity checks and docs)."""
     gamma = default_gamma(block_size) if gamma is None else gamma
     return sum(math.exp(-(k - 1) / gamma) for k in range(1, block_size))
+
+
+def dflash_loss_from_hidden(
+    hidden: torch.Tensor, score, labels: torch.Tensor, label_mask: torch.Tensor, weights: torch.Tensor
+) -> LossOutput:
+    """`dflash_loss` computed from hidden states [..., B-1, H], scoring only the unmasked predictions.
+
+    With a real vocabulary (150k+) the logits of every block position dominate memory; padding
+    blocks, prompt labels and labels past the end carry no loss, so they are never scored.
+    `score` maps [M, H] hidden states to [M, V] logits (the target's frozen lm_head).
+    """
+    keep = label_mask > 0
+    selected_logits = score(hidden[keep])
+    ce_selected = F.cross_entropy(selected_logits.float(), labels[keep], reduction="none")
+    ce = torch.zeros(labels.shape, dtype=ce_selected.dtype, device=ce_selected.device)
+    ce = ce.masked_scatter(keep, ce_selected)
+    full_weights = label_mask * weights.to(label_mask.device)
+    weight_sum = full_weights.sum()
+    loss = (ce * full_weights).sum() / weight_sum.clamp_min(1e-12)
+    with torch.no_grad():
+        hit = torch.zeros(labels.shape, dtype=torch.float32, device=labels.device)
+        hit = hit.masked_scatter(keep, (selected_logits.argmax(-1) == labels[keep]).float())
+        reduce_dims = tuple(range(hit.dim() - 1))
+        prefix = torch.cumprod(hit, dim=-1).sum(-1)
+        has_labels = label_mask[..., 0] > 0
+        return LossOutput(
+            loss=loss,
+            weighted_ce_sum=(ce * full_weights).sum().detach(),
+            weight_sum=weight_sum.detach(),
+            correct=hit.sum(reduce_dims),
+            counted=label_mask.sum(reduce_dims),
+            accepted_prefix=(prefix * has_labels).sum(),
+            blocks=has_labels.sum(),
+        )

@@ -43,7 +43,7 @@ from draftsmith.train.distributed import (
     parameter_checksum,
     shutdown,
 )
-from draftsmith.train.loss import default_gamma, dflash_loss, position_weights
+from draftsmith.train.loss import default_gamma, dflash_loss_from_hidden, position_weights
 
 CHECKPOINT_DIR = "checkpoints"
 FINAL_DIR = "drafter"
@@ -252,8 +252,13 @@ class DrafterTrainer:
             )
             num_sequences, num_anchors = batch.anchors.shape
             hidden = hidden.view(num_sequences, num_anchors, self.config.block_size, -1)[:, :, 1:]
-            logits = self.drafter.compute_logits(hidden, self.lm_head)
-        output = dflash_loss(logits, batch.labels.to(self.device), batch.label_mask.to(self.device), self.weights)
+            output = dflash_loss_from_hidden(
+                hidden,
+                lambda rows: self.drafter.compute_logits(rows, self.lm_head),
+                batch.labels.to(self.device),
+                batch.label_mask.to(self.device),
+                self.weights,
+            )
         return output, batch
 
 
@@ -420,7 +425,7 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
             losses = [tuple(item) for item in saved.get("losses", [])]
             _set_rng_state(saved["rng"])
             resumed_from = step
-    elif context.is_main and latest_checkpoint(out_dir) is not None:
+    elif latest_checkpoint(out_dir) is not None:
         raise InputError(f"{out_dir}: holds checkpoints already; pass --resume to continue or use a new --out")
     barrier(context)
 
