@@ -192,10 +192,17 @@ def test_cli_extract_then_offline_train_and_errors(regenerated, tiny_target_dir,
     code = main(
         ["train", "--target", str(tiny_target_dir), "--data", str(regenerated), "--out", str(tmp_path / "run"),
          "--offline", str(features), "--block-size", "4", "--draft-layers", "1", "--max-steps", "2",
-         "--batch-size", "4", "--threads", "1", "--no-progress", "--dtype", "bf16"]
+         "--batch-size", "4", "--threads", "1", "--no-progress"]
     )  # fmt: skip
     assert code == 0
     assert "trained 2 steps" in capsys.readouterr().out
+    code = main(
+        ["train", "--target", str(tiny_target_dir), "--data", str(regenerated), "--out", str(tmp_path / "bf16"),
+         "--block-size", "4", "--draft-layers", "1", "--max-steps", "2", "--batch-size", "4", "--threads", "1",
+         "--no-progress", "--dtype", "bf16"]
+    )  # fmt: skip
+    assert code == 0
+    assert "bf16" in capsys.readouterr().out
     assert main(["train", "--target", str(tiny_target_dir), "--data", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
     assert "tokenized dataset not found" in capsys.readouterr().err
     assert main(["train", "--target", str(tiny_target_dir), "--data", str(regenerated), "--out", str(tmp_path / "o"), "--offline", str(tmp_path)]) == 2

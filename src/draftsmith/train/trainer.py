@@ -7,6 +7,10 @@ online == offline, any number of ranks). The drafter sees [context features | bl
 of `blocks.py`; its hidden states go through the target's frozen LM head into the weighted loss of
 `loss.py`.
 
+Normalisation: each micro-batch's loss is sum(w*CE)/sum(w) over its own predictions; gradient
+accumulation averages the micro-batches of a step and DDP averages the ranks, so every micro-batch
+counts equally whatever its number of blocks.
+
 Data order: each epoch is a seeded permutation of the samples, split round-robin over ranks (padded
 by wrapping so every rank runs the same number of steps). Checkpoints hold the drafter, optimizer,
 scheduler, step, data position and RNG states, are written to a temporary directory and renamed,
@@ -232,9 +236,10 @@ class DrafterTrainer:
             return features * context_mask[..., None].to(features.dtype)
         rows = [self.features.get(index, self.dataset[index].id) for index in sample_indices]
         width = batch.context_ids.shape[1]
-        stacked = torch.zeros((len(rows), width, rows[0].shape[-1]), dtype=rows[0].dtype)
+        # Stored in bf16 by default; the drafter's fp32 weights (or autocast) take it from float32.
+        stacked = torch.zeros((len(rows), width, rows[0].shape[-1]), dtype=torch.float32)
         for row, features in enumerate(rows):
-            stacked[row, : features.shape[0]] = features
+            stacked[row, : features.shape[0]] = features.float()
         return stacked.to(self.device)
 
     def forward_loss(self, drafter, sample_indices: list[int], epoch: int):
