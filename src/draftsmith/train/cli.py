@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
         dtype: str = typer.Option("bfloat16", help="Storage dtype: bfloat16, float16 or float32."),
         max_length: int = typer.Option(3072, min=2, help="Truncate like `train --max-length`."),
         batch_size: int = typer.Option(8, min=1),
-        samples_per_shard: int = typer.Option(512, min=1),
+        samples_per_shard: int = typer.Option(None, min=1, help="Samples per shard (default: about 1 GiB per shard)."),
         device: str = typer.Option("auto"),
         force: bool = typer.Option(False, help="Extract even if the estimate exceeds free disk."),
         progress: bool = typer.Option(True),

@@ -27,6 +27,7 @@ from draftsmith.train.data import TokenizedDataset, check_vocabulary, load_token
 INDEX_NAME = "index.json"
 FEATURES_KIND = "draftsmith.features"
 FEATURES_VERSION = 1
+SHARD_TARGET_BYTES = 1 << 30
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
@@ -108,7 +109,7 @@ def extract_features(
     dtype: str = "bfloat16",
     max_length: int = 3072,
     batch_size: int = 8,
-    samples_per_shard: int = 512,
+    samples_per_shard: int | None = None,
     device: str = "auto",
     force: bool = False,
     progress: bool = True,
@@ -138,6 +139,10 @@ def extract_features(
             f"{free / 1e9:.2f} GB are free; train online (no --offline) or pass --force"
         )
 
+    if samples_per_shard is None:
+        # About 1 GiB per shard: large enough to keep the file count sane, small enough to hold in RAM
+        # while it is written.
+        samples_per_shard = int(min(10_000, max(1, SHARD_TARGET_BYTES // max(1.0, estimate.bytes_per_sample))))
     header = {
         "kind": FEATURES_KIND,
         "version": FEATURES_VERSION,
@@ -255,7 +260,7 @@ class FeatureStore:
         self.layer_ids: list[int] = list(self.index["layer_ids"])
         self.dtype = DTYPES[self.index["dtype"]]
         self._shards = sorted(self.index["shards"], key=lambda shard: shard["first"])
-        self._open: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self._open: dict[str, tuple[object, torch.Tensor]] = {}
 
     def check_matches(self, dataset: TokenizedDataset, max_length: int) -> None:
         problems = []
@@ -280,16 +285,17 @@ class FeatureStore:
 
     def get(self, index: int, sample_id: str | None = None) -> torch.Tensor:
         """Features [T, k*H] of sample `index` (in the stored dtype)."""
-        from safetensors.torch import load_file
+        from safetensors import safe_open
 
         shard = self._shard_for(index)
         if shard["file"] not in self._open:
-            if len(self._open) >= 4:
+            if len(self._open) >= 8:
                 self._open.pop(next(iter(self._open)))
-            tensors = load_file(str(self.path / shard["file"]))
-            self._open[shard["file"]] = (tensors["features"], tensors["offsets"], tensors["input_ids"])
-        features, offsets, _ = self._open[shard["file"]]
+            # Shards can be many GB: keep them memory-mapped and read only the rows asked for.
+            handle = safe_open(str(self.path / shard["file"]), framework="pt")
+            self._open[shard["file"]] = (handle, handle.get_tensor("offsets"))
+        handle, offsets = self._open[shard["file"]]
         row = index - shard["first"]
         if sample_id is not None and shard["ids"][row] != sample_id:
             raise InputError(f"{self.path / shard['file']}: row {row} is {shard['ids'][row]}, expected {sample_id}")
-        return features[int(offsets[row]) : int(offsets[row + 1])]
+        return handle.get_slice("features")[int(offsets[row]) : int(offsets[row + 1])]
