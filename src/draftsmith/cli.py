@@ -37,6 +37,7 @@ STAGE_MODULES = (
     "bench",
     "generate",
     "tokenize",
+    "train",
     "evaluate",
     "export",
     "serve",

@@ -1,0 +1,112 @@
+"""Draft blocks for training and the attention mask that keeps them honest.
+
+For one sequence of T tokens and N anchors a_0 < ... < a_{N-1}, the drafter's query sequence is the
+N blocks side by side (N*B positions), block i = [x[a_i], MASK x (B-1)] at positions a_i..a_i+B-1.
+Keys/values are [context (T target features) | the N*B block positions]. Block i may see:
+  - context positions p < a_i (strictly): at inference the anchor is the bonus token the target has
+    not processed yet, so its own feature is not in the drafter's context (SpecForge does the same);
+  - its own B positions, in both directions;
+  - nothing of any other block.
+Sequences of a batch are padded to the longest context and the most anchors; a padding block sees
+only itself (never an empty row, which would turn softmax into NaN) and carries no loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class BlockBatch:
+    """Everything the drafter needs for one micro-batch, padded over sequences."""
+
+    context_ids: torch.Tensor  # [S, T] long (padded with 0)
+    context_mask: torch.Tensor  # [S, T] long: 1 = real token (for the target forward)
+    noise_ids: torch.Tensor  # [S, N*B] long
+    position_ids: torch.Tensor  # [S, T + N*B] long
+    attention_mask: torch.Tensor  # [S, 1, N*B, T + N*B] bool, True = may attend
+    labels: torch.Tensor  # [S, N, B-1] long: token at anchor+k, k = 1..B-1
+    label_mask: torch.Tensor  # [S, N, B-1] float: 1 where the label is a response token in range
+    anchors: torch.Tensor  # [S, N] long (padding anchors are 0)
+    anchor_valid: torch.Tensor  # [S, N] bool
+    num_tokens: int  # real context tokens in the micro-batch
+
+    @property
+    def block_size(self) -> int:
+        return self.labels.shape[-1] + 1
+
+
+def block_attention_mask(
+    anchors: torch.Tensor, anchor_valid: torch.Tensor, context_length: int, block_size: int
+) -> torch.Tensor:
+    """Boolean mask [S, 1, N*B, T + N*B] with the visibility rules of the module docstring."""
+    num_sequences, num_anchors = anchors.shape
+    query_block = torch.arange(num_anchors * block_size) // block_size  # [Q]
+    query_anchor = anchors.repeat_interleave(block_size, dim=1)  # [S, Q]
+    context_positions = torch.arange(context_length)
+    sees_context = context_positions[None, None, :] < query_anchor[:, :, None]  # [S, Q, T]
+    sees_context &= anchor_valid.repeat_interleave(block_size, dim=1)[:, :, None]
+    sees_block = (query_block[:, None] == query_block[None, :]).expand(num_sequences, -1, -1)  # [S, Q, Q]
+    return torch.cat([sees_context, sees_block], dim=2)[:, None]
+
+
+def build_block_batch(
+    sequences: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    block_size: int,
+    mask_token_id: int,
+) -> BlockBatch:
+    """Build blocks, labels and masks for sequences given as (input_ids, loss_mask, anchors)."""
+    if block_size < 2:
+        raise ValueError("block_size must be at least 2")
+    num_sequences = len(sequences)
+    context_length = max(int(ids.numel()) for ids, _, _ in sequences)
+    num_anchors = max(1, max(int(anchors.numel()) for _, _, anchors in sequences))
+    offsets = torch.arange(block_size)
+
+    context_ids = torch.zeros((num_sequences, context_length), dtype=torch.long)
+    context_mask = torch.zeros((num_sequences, context_length), dtype=torch.long)
+    anchors_padded = torch.zeros((num_sequences, num_anchors), dtype=torch.long)
+    anchor_valid = torch.zeros((num_sequences, num_anchors), dtype=torch.bool)
+    labels = torch.zeros((num_sequences, num_anchors, block_size - 1), dtype=torch.long)
+    label_mask = torch.zeros((num_sequences, num_anchors, block_size - 1), dtype=torch.float32)
+    noise_ids = torch.full((num_sequences, num_anchors, block_size), mask_token_id, dtype=torch.long)
+
+    num_tokens = 0
+    for row, (input_ids, loss_mask, anchors) in enumerate(sequences):
+        input_ids = torch.as_tensor(input_ids, dtype=torch.long).flatten()
+        loss_mask = torch.as_tensor(loss_mask).flatten().float()
+        anchors = torch.as_tensor(anchors, dtype=torch.long).flatten()
+        length = input_ids.numel()
+        num_tokens += length
+        context_ids[row, :length] = input_ids
+        context_mask[row, :length] = 1
+        count = anchors.numel()
+        if count == 0:
+            continue
+        if int(anchors.max()) >= length or int(anchors.min()) < 0:
+            raise ValueError("anchor outside its sequence")
+        anchors_padded[row, :count] = anchors
+        anchor_valid[row, :count] = True
+        noise_ids[row, :count, 0] = input_ids[anchors]
+        label_positions = anchors[:, None] + offsets[None, 1:]  # [n, B-1]
+        in_range = label_positions < length
+        safe = label_positions.clamp(max=length - 1)
+        labels[row, :count] = torch.where(in_range, input_ids[safe], torch.zeros_like(safe))
+        label_mask[row, :count] = loss_mask[safe] * in_range.float()
+
+    block_positions = (anchors_padded[:, :, None] + offsets[None, None, :]).reshape(num_sequences, -1)
+    context_positions = torch.arange(context_length).expand(num_sequences, -1)
+    return BlockBatch(
+        context_ids=context_ids,
+        context_mask=context_mask,
+        noise_ids=noise_ids.reshape(num_sequences, -1),
+        position_ids=torch.cat([context_positions, block_positions], dim=1),
+        attention_mask=block_attention_mask(anchors_padded, anchor_valid, context_length, block_size),
+        labels=labels,
+        label_mask=label_mask,
+        anchors=anchors_padded,
+        anchor_valid=anchor_valid,
+        num_tokens=num_tokens,
+    )

@@ -1,0 +1,109 @@
+"""The DFlash training loss: position-weighted cross-entropy over each block's predictions.
+
+Block offset k = 1..B-1 predicts the token at anchor+k (no shift: the hidden state at block
+position k is read out for the token at that position). Offsets whose label is not a response token
+or lies past the end of the sequence are masked. Early offsets matter more, because a draft is
+accepted only up to its first mistake: w_k = exp(-(k-1)/gamma). The loss is sum(w*CE)/sum(w) over
+every unmasked prediction of the micro-batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+# The paper's decay for its block sizes; other sizes fall back to (B-1)/2, which sits between them.
+DEFAULT_GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}
+
+
+def default_gamma(block_size: int) -> float:
+    return DEFAULT_GAMMA.get(block_size, max(1.0, (block_size - 1) / 2))
+
+
+def position_weights(block_size: int, gamma: float | None = None) -> torch.Tensor:
+    """w_k = exp(-(k-1)/gamma) for k = 1..B-1, as a float tensor of length B-1."""
+    gamma = default_gamma(block_size) if gamma is None else gamma
+    if gamma <= 0:
+        raise ValueError("gamma must be positive")
+    k = torch.arange(1, block_size, dtype=torch.float64)
+    return torch.exp(-(k - 1) / gamma).float()
+
+
+@dataclass
+class LossOutput:
+    loss: torch.Tensor  # scalar, differentiable
+    weighted_ce_sum: torch.Tensor  # sum(w * CE), detached
+    weight_sum: torch.Tensor  # sum(w), detached
+    correct: torch.Tensor  # [B-1] greedy-correct predictions per offset, detached
+    counted: torch.Tensor  # [B-1] unmasked predictions per offset
+    accepted_prefix: torch.Tensor  # [] sum over blocks of the correct-prefix length (tau - 1)
+    blocks: torch.Tensor  # [] number of blocks with at least one label
+
+
+def dflash_loss(
+    logits: torch.Tensor, labels: torch.Tensor, label_mask: torch.Tensor, weights: torch.Tensor
+) -> LossOutput:
+    """logits [..., B-1, V], labels/label_mask [..., B-1], weights [B-1]."""
+    vocab = logits.shape[-1]
+    ce = F.cross_entropy(logits.reshape(-1, vocab).float(), labels.reshape(-1), reduction="none").view(labels.shape)
+    full_weights = label_mask * weights.to(label_mask.device)
+    weight_sum = full_weights.sum()
+    loss = (ce * full_weights).sum() / weight_sum.clamp_min(1e-12)
+    with torch.no_grad():
+        hit = (logits.argmax(-1) == labels).float() * label_mask
+        reduce_dims = tuple(range(hit.dim() - 1))
+        # A block drafts correctly up to its first miss; masked offsets end the prefix as well.
+        prefix = torch.cumprod(hit, dim=-1).sum(-1)
+        has_labels = label_mask[..., 0] > 0
+        return LossOutput(
+            loss=loss,
+            weighted_ce_sum=(ce * full_weights).sum().detach(),
+            weight_sum=weight_sum.detach(),
+            correct=hit.sum(reduce_dims),
+            counted=label_mask.sum(reduce_dims),
+            accepted_prefix=(prefix * has_labels).sum(),
+            blocks=has_labels.sum(),
+        )
+
+
+def expected_weight_sum(block_size: int, gamma: float | None = None) -> float:
+    """sum_k w_k for a block with every label present (for sanity checks and docs)."""
+    gamma = default_gamma(block_size) if gamma is None else gamma
+    return sum(math.exp(-(k - 1) / gamma) for k in range(1, block_size))
+
+
+def dflash_loss_from_hidden(
+    hidden: torch.Tensor, score, labels: torch.Tensor, label_mask: torch.Tensor, weights: torch.Tensor
+) -> LossOutput:
+    """`dflash_loss` computed from hidden states [..., B-1, H], scoring only the unmasked predictions.
+
+    With a real vocabulary (150k+) the logits of every block position dominate memory; padding
+    blocks, prompt labels and labels past the end carry no loss, so they are never scored.
+    `score` maps [M, H] hidden states to [M, V] logits (the target's frozen lm_head).
+    """
+    keep = label_mask > 0
+    selected_logits = score(hidden[keep])
+    ce_selected = F.cross_entropy(selected_logits.float(), labels[keep], reduction="none")
+    ce = torch.zeros(labels.shape, dtype=ce_selected.dtype, device=ce_selected.device)
+    ce = ce.masked_scatter(keep, ce_selected)
+    full_weights = label_mask * weights.to(label_mask.device)
+    weight_sum = full_weights.sum()
+    loss = (ce * full_weights).sum() / weight_sum.clamp_min(1e-12)
+    with torch.no_grad():
+        hit = torch.zeros(labels.shape, dtype=torch.float32, device=labels.device)
+        hit = hit.masked_scatter(keep, (selected_logits.argmax(-1) == labels[keep]).float())
+        reduce_dims = tuple(range(hit.dim() - 1))
+        prefix = torch.cumprod(hit, dim=-1).sum(-1)
+        has_labels = label_mask[..., 0] > 0
+        return LossOutput(
+            loss=loss,
+            weighted_ce_sum=(ce * full_weights).sum().detach(),
+            weight_sum=weight_sum.detach(),
+            correct=hit.sum(reduce_dims),
+            counted=label_mask.sum(reduce_dims),
+            accepted_prefix=(prefix * has_labels).sum(),
+            blocks=has_labels.sum(),
+        )

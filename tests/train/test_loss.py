@@ -1,0 +1,93 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from draftsmith.train.loss import default_gamma, dflash_loss, expected_weight_sum, position_weights
+
+
+def test_position_weights_by_hand():
+    weights = position_weights(16)
+    assert weights.shape == (15,)
+    assert weights[0].item() == pytest.approx(1.0)
+    assert weights[1].item() == pytest.approx(math.exp(-1 / 7))
+    assert weights[14].item() == pytest.approx(math.exp(-14 / 7))
+    assert position_weights(4, gamma=2.0).tolist() == pytest.approx([1.0, math.exp(-0.5), math.exp(-1.0)])
+    assert expected_weight_sum(16) == pytest.approx(float(weights.sum()), rel=1e-6)
+
+
+def test_default_gamma_follows_the_paper():
+    assert default_gamma(16) == 7
+    assert default_gamma(10) == 5
+    assert default_gamma(8) == 4
+    assert default_gamma(4) == 1.5
+    with pytest.raises(ValueError):
+        position_weights(8, gamma=0)
+
+
+def test_weighted_loss_normalisation_by_hand():
+    # One block of size 4: three predictions over a vocabulary of 2.
+    logits = torch.tensor([[[2.0, 0.0], [0.0, 1.0], [3.0, 3.0]]])
+    labels = torch.tensor([[0, 0, 1]])
+    label_mask = torch.tensor([[1.0, 1.0, 0.0]])  # the third label is masked (prompt / past the end)
+    weights = torch.tensor([1.0, 0.5, 0.25])
+    ce0 = -math.log(math.exp(2) / (math.exp(2) + 1))
+    ce1 = -math.log(1 / (1 + math.exp(1)))
+    expected = (1.0 * ce0 + 0.5 * ce1) / 1.5
+    output = dflash_loss(logits, labels, label_mask, weights)
+    assert output.loss.item() == pytest.approx(expected, rel=1e-6)
+    assert output.weight_sum.item() == pytest.approx(1.5)
+    assert output.correct.tolist() == [1.0, 0.0, 0.0]
+    assert output.counted.tolist() == [1.0, 1.0, 0.0]
+    assert output.accepted_prefix.item() == 1  # first right, second wrong
+    assert output.blocks.item() == 1
+
+
+def test_loss_is_normalised_over_all_blocks_and_sequences():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 5, 11)
+    labels = torch.randint(0, 11, (2, 3, 5))
+    label_mask = (torch.rand(2, 3, 5) > 0.3).float()
+    weights = position_weights(6, gamma=2.0)
+    ce = F.cross_entropy(logits.reshape(-1, 11), labels.reshape(-1), reduction="none").view(2, 3, 5)
+    w = label_mask * weights
+    expected = (ce * w).sum() / w.sum()
+    assert dflash_loss(logits, labels, label_mask, weights).loss.item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_masked_predictions_get_no_gradient():
+    logits = torch.randn(1, 2, 3, 7, requires_grad=True)
+    labels = torch.zeros(1, 2, 3, dtype=torch.long)
+    label_mask = torch.tensor([[[1.0, 0.0, 1.0], [0.0, 0.0, 0.0]]])
+    dflash_loss(logits, labels, label_mask, position_weights(4)).loss.backward()
+    assert logits.grad[0, 0, 1].abs().sum() == 0
+    assert logits.grad[0, 1].abs().sum() == 0
+    assert logits.grad[0, 0, 0].abs().sum() > 0
+
+
+def test_loss_from_hidden_scores_only_unmasked_predictions_and_matches():
+    from draftsmith.train.loss import dflash_loss_from_hidden
+
+    torch.manual_seed(1)
+    head = torch.nn.Linear(8, 13, bias=False)
+    hidden = torch.randn(2, 3, 5, 8, requires_grad=True)
+    labels = torch.randint(0, 13, (2, 3, 5))
+    label_mask = (torch.rand(2, 3, 5) > 0.4).float()
+    label_mask[1, 2] = 0  # a padding block
+    weights = position_weights(6)
+    scored_rows = []
+
+    def score(rows):
+        scored_rows.append(rows.shape[0])
+        return head(rows)
+
+    fast = dflash_loss_from_hidden(hidden, score, labels, label_mask, weights)
+    full = dflash_loss(head(hidden), labels, label_mask, weights)
+    assert scored_rows == [int(label_mask.sum())]
+    assert fast.loss.item() == pytest.approx(full.loss.item(), rel=1e-6)
+    assert fast.correct.tolist() == full.correct.tolist()
+    assert fast.accepted_prefix.item() == full.accepted_prefix.item()
+    (grad_fast,) = torch.autograd.grad(fast.loss, hidden)
+    (grad_full,) = torch.autograd.grad(full.loss, hidden)
+    torch.testing.assert_close(grad_fast, grad_full)

@@ -1,0 +1,209 @@
+"""Training on the tiny target: regenerated data, online == offline, exact resume, torchrun, learning."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from draftsmith.cli import main
+from draftsmith.errors import InputError
+from draftsmith.tiny import synthetic_prompts
+from draftsmith.train import FeatureStore, TrainConfig, extract_features, load_tokenized, regenerate_locally, train_drafter
+from draftsmith.train.distributed import init_distributed
+from draftsmith.train.trainer import DrafterTrainer
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+@pytest.fixture(scope="session")
+def regenerated(tmp_path_factory, tiny_target_dir) -> Path:
+    out = tmp_path_factory.mktemp("regenerated") / "tokenized"
+    torch.set_num_threads(1)
+    regenerate_locally(tiny_target_dir, synthetic_prompts(24, seed=11), out, max_new_tokens=96, batch_size=24)
+    return out
+
+
+def small_config(target: Path, data: Path, out: Path, **overrides) -> TrainConfig:
+    settings = dict(
+        target=target,
+        data=data,
+        out=out,
+        block_size=8,
+        num_draft_layers=1,
+        epochs=1,
+        lr=2e-3,
+        warmup_ratio=0.0,
+        batch_size=4,
+        dtype="fp32",
+        device="cpu",
+        num_threads=1,
+        progress=False,
+        log_every=1,
+        num_anchors=24,
+    )
+    settings.update(overrides)
+    return TrainConfig(**settings)
+
+
+def test_regenerated_data_masks_prompt_and_marks_generated_tokens(regenerated, tiny_tokenizer):
+    dataset = load_tokenized(regenerated)
+    assert len(dataset) == 24
+    for sample in dataset.samples:
+        mask = sample.loss_mask.tolist()
+        first = mask.index(1)
+        assert mask == [0] * first + [1] * (len(mask) - first)
+        prompt = tiny_tokenizer.decode(sample.input_ids[:first].tolist())
+        assert prompt.endswith("<|im_start|>assistant\n")
+        assert sample.num_trainable > 10
+    stopped = [s for s in dataset.samples if tiny_tokenizer.decode(s.input_ids[-1:].tolist()) == "<|im_end|>"]
+    assert len(stopped) >= 20
+
+
+def test_offline_features_equal_online_and_give_the_same_losses(regenerated, tiny_target_dir, tmp_path, capsys):
+    features_dir = tmp_path / "features"
+    result = extract_features(
+        tiny_target_dir, regenerated, features_dir, dtype="float32", samples_per_shard=10, batch_size=5, progress=False
+    )
+    printed = capsys.readouterr().out
+    assert "Offline hidden states" in printed  # the plan's storage estimate comes first
+    assert result.shards == 3 and result.num_samples == 24
+    store = FeatureStore(features_dir)
+    assert store.layer_ids == [0, 1, 2, 3]
+
+    online = small_config(tiny_target_dir, regenerated, tmp_path / "online", max_steps=3)
+    offline = online.model_copy(update={"out": tmp_path / "offline", "offline_features": features_dir})
+    context = init_distributed("cpu")
+    dataset = load_tokenized(regenerated)
+    online_trainer = DrafterTrainer(online, context, dataset)
+    offline_trainer = DrafterTrainer(offline, context, dataset)
+    assert offline_trainer.target is None  # offline never loads the target's decoder
+    batch = online_trainer.make_batch([0, 5, 17], epoch=0)
+    torch.testing.assert_close(
+        online_trainer.context_features(batch, [0, 5, 17]), offline_trainer.context_features(batch, [0, 5, 17]), rtol=0, atol=1e-5
+    )
+    online_loss, _ = online_trainer.forward_loss(online_trainer.drafter, [0, 5, 17], 0)
+    offline_loss, _ = offline_trainer.forward_loss(offline_trainer.drafter, [0, 5, 17], 0)
+    assert online_loss.loss.item() == pytest.approx(offline_loss.loss.item(), rel=1e-5)
+
+    online_run = train_drafter(online)
+    offline_run = train_drafter(offline)
+    assert [step for step, _ in online_run.losses] == [1, 2, 3]
+    for (_, a), (_, b) in zip(online_run.losses, offline_run.losses, strict=True):
+        assert a == pytest.approx(b, rel=1e-4)
+
+    # Rerunning extract keeps every finished shard and writes nothing again.
+    again = extract_features(tiny_target_dir, regenerated, features_dir, dtype="float32", samples_per_shard=10, progress=False)
+    assert again.skipped_shards == 3 and again.bytes_written == 0
+    with pytest.raises(InputError, match="different dtype"):
+        extract_features(tiny_target_dir, regenerated, features_dir, dtype="bfloat16", samples_per_shard=10, progress=False)
+    with pytest.raises(InputError, match="do not match the training data"):
+        train_drafter(offline.model_copy(update={"out": tmp_path / "x", "max_length": 40}))
+
+
+def test_resume_from_a_checkpoint_reproduces_the_same_losses(regenerated, tiny_target_dir, tmp_path):
+    config = small_config(tiny_target_dir, regenerated, tmp_path / "full", epochs=2, save_every=2, keep_checkpoints=5, batch_size=3)
+    full = train_drafter(config)
+    assert full.steps == 16
+    checkpoints = sorted((tmp_path / "full" / "checkpoints").glob("step-*"))
+    assert [path.name for path in checkpoints][-2:] == ["step-00000014", "step-00000016"]
+
+    # A run that stopped after its step-10 checkpoint (mid-epoch 2): resume must replay steps 11..16.
+    shutil.copytree(tmp_path / "full", tmp_path / "cut")
+    for path in sorted((tmp_path / "cut" / "checkpoints").glob("step-*")):
+        if int(path.name.split("-")[1]) > 10:
+            shutil.rmtree(path)
+    shutil.rmtree(tmp_path / "cut" / "drafter")
+    resumed = train_drafter(config.model_copy(update={"out": tmp_path / "cut", "resume": True}))
+    assert resumed.resumed_from_step == 10
+    assert resumed.steps == 16
+    assert [step for step, _ in resumed.losses] == list(range(1, 17))
+    for (step, a), (_, b) in zip(full.losses[10:], resumed.losses[10:], strict=True):
+        assert a == pytest.approx(b, rel=1e-6, abs=1e-7), step
+    assert resumed.rank_checksums[0] == pytest.approx(full.rank_checksums[0], rel=1e-9)
+
+    with pytest.raises(InputError, match="pass --resume"):
+        train_drafter(config)
+    with pytest.raises(InputError, match="cannot resume with different block_size"):
+        train_drafter(config.model_copy(update={"resume": True, "block_size": 4}))
+
+
+def test_training_loss_drops_on_the_tiny_target(regenerated, tiny_target_dir, tmp_path):
+    result = train_drafter(
+        small_config(tiny_target_dir, regenerated, tmp_path / "run", epochs=10, lr=5e-3, warmup_ratio=0.1, batch_size=2, grad_accum=2)
+    )
+    assert result.steps == 60
+    first = sum(loss for _, loss in result.losses[:3]) / 3
+    assert result.final_loss < 0.6 * first, result.losses
+    assert result.accuracy_by_offset[0] > 0.3
+    log = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
+    assert len(log) == 60 and {"loss", "lr", "grad_norm", "tokens_per_s", "acc_by_offset"} <= set(log[0])
+    assert (tmp_path / "run" / "drafter" / "config.json").exists()
+    from draftsmith.model import load_drafter
+
+    drafter = load_drafter(tmp_path / "run" / "drafter")
+    assert drafter.block_size == 8 and drafter.config.num_hidden_layers == 1
+
+    # Real speculative decoding on prompts it never saw: the trained drafter gets drafts accepted,
+    # an untrained one of the same shape (same seed, as training starts from) hardly ever does.
+    from draftsmith.evaluate import evaluate_drafter
+    from draftsmith.model import DFlashDraftModel
+
+    prompts = list(synthetic_prompts(4, seed=123))
+    trained = evaluate_drafter(tiny_target_dir, drafter, prompts, max_new_tokens=64)
+    torch.manual_seed(0)
+    untrained = evaluate_drafter(tiny_target_dir, DFlashDraftModel(drafter.config), prompts, max_new_tokens=64)
+    assert trained.lossless and untrained.lossless
+    assert trained.tau > 1.25 and trained.tau > untrained.tau + 0.25, (trained.verdict, untrained.verdict)
+
+
+def test_torchrun_two_processes_stay_in_sync(regenerated, tiny_target_dir, tmp_path):
+    out = tmp_path / "ddp"
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        "-m", "draftsmith", "train", "--target", str(tiny_target_dir), "--data", str(regenerated), "--out", str(out),
+        "--block-size", "8", "--draft-layers", "1", "--epochs", "1", "--max-steps", "3", "--batch-size", "2",
+        "--grad-accum", "2", "--dtype", "fp32", "--device", "cpu", "--threads", "1", "--no-progress", "--num-anchors", "16",
+    ]  # fmt: skip
+    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    summary = json.loads((out / "train_summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["steps"] == 3
+    first, second = summary["rank_checksums"]
+    assert first == second
+    # Each optimizer step saw 2 ranks x 2 micro-batches x 2 sequences.
+    assert all(loss == loss for _, loss in summary["losses"])
+    assert "trained 3 steps" in completed.stdout
+
+
+def test_cli_extract_then_offline_train_and_errors(regenerated, tiny_target_dir, tmp_path, capsys):
+    features = tmp_path / "features"
+    assert main(["extract", "--target", str(tiny_target_dir), "--data", str(regenerated), "--out", str(features), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("Offline hidden states") < out.index("extracted 24 samples")
+    assert json.loads((features / "index.json").read_text())["dtype"] == "bfloat16"
+    code = main(
+        ["train", "--target", str(tiny_target_dir), "--data", str(regenerated), "--out", str(tmp_path / "run"),
+         "--offline", str(features), "--block-size", "4", "--draft-layers", "1", "--max-steps", "2",
+         "--batch-size", "4", "--threads", "1", "--no-progress"]
+    )  # fmt: skip
+    assert code == 0
+    assert "trained 2 steps" in capsys.readouterr().out
+    code = main(
+        ["train", "--target", str(tiny_target_dir), "--data", str(regenerated), "--out", str(tmp_path / "bf16"),
+         "--block-size", "4", "--draft-layers", "1", "--max-steps", "2", "--batch-size", "4", "--threads", "1",
+         "--no-progress", "--dtype", "bf16"]
+    )  # fmt: skip
+    assert code == 0
+    assert "bf16" in capsys.readouterr().out
+    assert main(["train", "--target", str(tiny_target_dir), "--data", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+    assert "tokenized dataset not found" in capsys.readouterr().err
+    assert main(["train", "--target", str(tiny_target_dir), "--data", str(regenerated), "--out", str(tmp_path / "o"), "--offline", str(tmp_path)]) == 2
+    assert "no index.json" in capsys.readouterr().err
