@@ -7,10 +7,8 @@ import json
 import threading
 import time
 
-import pytest
-
 from draftsmith.cli import main
-from draftsmith.generate import GenerateConfig, GuardConfig, generate
+from draftsmith.generate import GenerateConfig, generate
 from draftsmith.serve.process import ServeProcess
 
 from .conftest import assert_exactly_once, read_rows

@@ -29,11 +29,12 @@ from draftsmith.generate.client import (
     HTTPStatusError,
     RequestTimeout,
     ResponseFormatError,
+    chat_payload,
 )
 from draftsmith.generate.dispatch import Dispatcher, Endpoint
 from draftsmith.generate.guard import GuardConfig, QualityGuard
-from draftsmith.generate.loop import run_async
 from draftsmith.generate.inputs import PromptSample, load_prompts, shard_of
+from draftsmith.generate.loop import run_async
 from draftsmith.generate.progress import RunProgress
 from draftsmith.generate.store import OutputStore
 
@@ -236,21 +237,11 @@ class _Run:
 
     def _make_base_payload(self) -> dict[str, Any]:
         config = self.config
-        payload: dict[str, Any] = {"model": self.model, "max_tokens": config.max_tokens, "stream": config.stream}
-        if config.temperature is not None:
-            payload["temperature"] = config.temperature
-        if config.top_p is not None:
-            payload["top_p"] = config.top_p
-        if config.seed is not None:
-            payload["seed"] = config.seed
-        if config.chat_template_kwargs:
-            payload["chat_template_kwargs"] = dict(config.chat_template_kwargs)
-        if config.stream:
-            payload["stream_options"] = {"include_usage": True}
-        if self.return_token_ids:
-            payload["return_token_ids"] = True
-        payload.update(config.extra_body)
-        return payload
+        return chat_payload(
+            self.model, config.max_tokens, stream=config.stream, temperature=config.temperature, top_p=config.top_p,
+            seed=config.seed, chat_template_kwargs=config.chat_template_kwargs,
+            return_token_ids=self.return_token_ids, extra_body=config.extra_body,
+        )
 
     def _work(self, sample: PromptSample) -> float:
         return sample.prompt_chars / 4.0 + self.mean_completion
