@@ -85,6 +85,9 @@ class GenerateConfig:
     backoff_max_s: float = 30.0
     request_timeout_s: float = 1800.0
     health_interval_s: float = 10.0
+    health_timeout_s: float = 5.0
+    """An endpoint that does not answer ``/health`` within this is down (a hung engine): its
+    in-flight requests are cancelled and requeued on the others."""
     endpoint_wait_s: float = 600.0
     """How long to wait while no endpoint is healthy (at start or mid-run) before stopping."""
     guard: GuardConfig = field(default_factory=GuardConfig)
@@ -216,6 +219,7 @@ class _Run:
             config.concurrency,
             client,
             health_interval_s=config.health_interval_s,
+            health_timeout_s=config.health_timeout_s,
             on_down=self._on_endpoint_down,
             on_change=self.wake.set,
             log=log,
@@ -541,7 +545,8 @@ async def agenerate(config: GenerateConfig, log: Callable[[str], None] | None = 
     connections = config.concurrency * len(config.endpoints) + 8
     api_key = config.api_key or os.environ.get("OPENAI_API_KEY")
     async with ChatClient(connections=connections, timeout_s=config.request_timeout_s, api_key=api_key) as client:
-        probe = Dispatcher(config.endpoints, config.concurrency, client, log=log)
+        probe = Dispatcher(config.endpoints, config.concurrency, client, health_timeout_s=config.health_timeout_s,
+                           log=log)
         await _wait_for_endpoints(probe, config.endpoint_wait_s, log)
         model = config.model or await _discover_model(client, probe)
         run = _Run(config, client, store, model, progress, guard, log)
