@@ -193,3 +193,16 @@ def test_failed_endpoint_mid_run_is_taken_out_and_its_requests_requeued(tmp_path
         assert summary.requeued > 0
     assert finished_rows == 600
     assert_exactly_once(out, prompts)
+
+
+def test_summary_rescans_the_output_and_reports_duplicates(tmp_path, prompts_file):
+    prompts = prompts_file(30)
+    with ServeProcess() as server:
+        first = generate(config(prompts, tmp_path / "out", [server.url]))
+        assert first.ok and first.on_disk == 30 and first.duplicates_on_disk == 0
+        # Someone concatenates a part onto itself: the next run must not call that OK.
+        part = next((tmp_path / "out").glob("generated-*.jsonl"))
+        part.write_text(part.read_text() + part.read_text().splitlines(keepends=True)[0])
+        second = generate(config(prompts, tmp_path / "out", [server.url]))
+    assert second.done == 0 and second.duplicates_on_disk == 1 and not second.ok
+    assert any("duplicate rows" in problem for problem in second.problems())

@@ -36,7 +36,7 @@ from draftsmith.generate.guard import GuardConfig, QualityGuard
 from draftsmith.generate.inputs import PromptSample, load_prompts, shard_of
 from draftsmith.generate.loop import run_async
 from draftsmith.generate.progress import RunProgress
-from draftsmith.generate.store import OutputStore
+from draftsmith.generate.store import OutputStore, count_row_ids
 
 ORDERS = ("input", "longest-first", "prefix")
 
@@ -133,10 +133,16 @@ class GenerateSummary:
     failures_file: str | None = None
     model: str | None = None
     endpoints: list[dict[str, Any]] = field(default_factory=list)
+    on_disk: int | None = None
+    """This shard's samples found in the output directory after the run (rescanned)."""
+    duplicates_on_disk: int | None = None
+    """Rows beyond the first for any id of this shard (must be 0)."""
 
     @property
     def accounted(self) -> bool:
-        return self.done + self.failed + self.skipped + self.remaining == self.input
+        counts_match = self.done + self.failed + self.skipped + self.remaining == self.input
+        disk_match = self.on_disk is None or self.on_disk == self.already_done + self.done
+        return counts_match and disk_match and not self.duplicates_on_disk
 
     @property
     def ok(self) -> bool:
@@ -144,11 +150,16 @@ class GenerateSummary:
 
     def problems(self) -> list[str]:
         issues = []
-        if not self.accounted:
+        if self.done + self.failed + self.skipped + self.remaining != self.input:
             issues.append(
                 f"accounting mismatch: done {self.done} + failed {self.failed} + skipped {self.skipped} + "
                 f"remaining {self.remaining} != input {self.input}"
             )
+        if self.on_disk is not None and self.on_disk != self.already_done + self.done:
+            issues.append(f"the output holds {self.on_disk} of this shard's samples, expected "
+                          f"{self.already_done + self.done} (already done + done)")
+        if self.duplicates_on_disk:
+            issues.append(f"{self.duplicates_on_disk} duplicate rows in the output")
         if self.stopped_reason:
             issues.append(self.stopped_reason)
         if self.failed:
@@ -178,6 +189,8 @@ class GenerateSummary:
         table.add_row("remaining", f"{self.remaining:,}")
         check = "OK" if self.accounted else "MISMATCH"
         table.add_row("done+failed+skipped+remaining = input", check)
+        if self.on_disk is not None:
+            table.add_row("rows on disk (this shard)", f"{self.on_disk:,}, duplicates {self.duplicates_on_disk or 0}")
         table.add_row("retries / requeued", f"{self.retries:,} / {self.requeued:,}")
         table.add_row("output tokens", f"{self.output_tokens:,} ({self.output_tokens_per_s:,.0f} tok/s)")
         table.add_row("elapsed", f"{self.elapsed_s:,.1f}s")
@@ -449,6 +462,14 @@ class _Run:
             await self.dispatcher.stop()
 
 
+def _verify_on_disk(summary: GenerateSummary, store: OutputStore, samples: list[PromptSample]) -> None:
+    """Rescan the output: every sample counted done must be there, once."""
+    counts = count_row_ids(store.directory)
+    mine = [counts.get(sample.id, 0) for sample in samples]
+    summary.on_disk = sum(1 for count in mine if count)
+    summary.duplicates_on_disk = sum(count - 1 for count in mine if count > 1)
+
+
 def _order(samples: list[PromptSample], order: str) -> list[PromptSample]:
     if order == "longest-first":
         return sorted(samples, key=lambda s: -s.prompt_chars)
@@ -534,6 +555,7 @@ async def agenerate(config: GenerateConfig, log: Callable[[str], None] | None = 
         failures_file=str(store.directory / f"failures-{store.tag}.jsonl"),
     )
     if not todo:
+        _verify_on_disk(summary, store, samples)
         store.write_summary(summary.to_dict())
         return summary
 
@@ -577,6 +599,7 @@ async def agenerate(config: GenerateConfig, log: Callable[[str], None] | None = 
                  "last_error": e.last_error}
                 for e in run.dispatcher.endpoints
             ]
+            _verify_on_disk(summary, store, samples)
             store.write_summary(summary.to_dict())
     return summary
 
