@@ -41,6 +41,7 @@ STAGE_MODULES = (
     "evaluate",
     "export",
     "serve",
+    "demo",
     "tiny",
 )
 
