@@ -177,3 +177,13 @@ def test_read_prompts_formats_and_errors(tmp_path):
     path.write_text(json.dumps({"foo": 1}) + "\n")
     with pytest.raises(InputError, match=r"p.jsonl:1: a prompt row needs"):
         read_prompts(path)
+
+
+def test_cli_eval_tables_and_bad_dtype(tmp_path, tiny_target_dir, untrained_drafter, prompts_file, capsys):
+    drafter_dir = save_drafter(untrained_drafter, tmp_path / "drafter")
+    args = ["eval", "--target", str(tiny_target_dir), "--drafter", str(drafter_dir), "--prompts", str(prompts_file)]
+    assert main([*args, "--max-new-tokens", "8", "--limit", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "acceptance length tau" in out and "lossless" in out and "accepted tokens per cycle" in out
+    assert main([*args, "--dtype", "float64"]) == 2
+    assert "--dtype must be one of" in capsys.readouterr().err

@@ -191,6 +191,8 @@ def test_save_and_load_round_trip(tmp_path, tiny_target, tiny_tokenizer, tiny_dr
     for key in ("block_size", "num_target_layers", "num_hidden_layers", "layer_types", "dflash_config"):
         assert key in config
     assert config["dflash_config"] == {"mask_token_id": 3, "target_layer_ids": [0, 1, 2, 3]}
+    assert config["rope_theta"] == config["rope_parameters"]["rope_theta"] and config["rope_scaling"] is None
+    assert not {"id2label", "label2id", "problem_type", "return_dict"} & set(config)
     with safe_open(str(out / "model.safetensors"), framework="pt") as handle:
         assert set(handle.keys()) == expected_weight_names(tiny_drafter_config)
 
@@ -203,6 +205,8 @@ def test_save_and_load_round_trip(tmp_path, tiny_target, tiny_tokenizer, tiny_dr
         )
     half = load_drafter(save_drafter(model, tmp_path / "bf16", dtype=torch.bfloat16))
     assert half.fc.weight.dtype == torch.bfloat16
+    assert half.rotary_emb.inv_freq.dtype == torch.float32  # RoPE frequencies are never rounded
+    torch.testing.assert_close(half.rotary_emb.inv_freq, model.rotary_emb.inv_freq)
     assert json.loads((tmp_path / "bf16" / "config.json").read_text())["dtype"] == "bfloat16"
 
 
@@ -231,3 +235,15 @@ def test_gradients_reach_only_drafter_parameters(tiny_target, tiny_tokenizer, ti
     model.compute_logits(hidden, target_lm_head(tiny_target)).logsumexp(-1).mean().backward()
     assert all(p.grad is not None for p in model.parameters())
     tiny_target.zero_grad(set_to_none=True)
+
+
+def test_gradient_checkpointing_keeps_gradients(tiny_drafter_config):
+    torch.manual_seed(0)
+    model = DFlashDraftModel(tiny_drafter_config)
+    (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
+    model.train()
+    noise = torch.randn(1, 8, 128)
+    context = torch.randn(1, 5, 4 * 128)
+    model(position_ids=torch.arange(13)[None], noise_embedding=noise, target_hidden=context).square().mean().backward()
+    assert model.layers[0].gradient_checkpointing
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for n, p in model.named_parameters() if "norm" not in n)

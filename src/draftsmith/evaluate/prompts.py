@@ -60,6 +60,25 @@ def _prompt_messages(messages: list[dict[str, Any]], where: str) -> list[dict[st
     return messages
 
 
+def prompt_from_row(row: dict[str, Any], where: str, default_id: str) -> Prompt:
+    """One prompt row (`messages`, ShareGPT `conversations`, or `prompt`/`text`) as a `Prompt`."""
+    row_id = str(row.get("id", default_id))
+    if row.get("messages") is not None:
+        return Prompt(row_id, messages=_prompt_messages(list(row["messages"]), where))
+    if row.get("conversations") is not None:
+        messages = []
+        for turn in row["conversations"]:
+            role = _SHAREGPT_ROLES.get(str(turn.get("from", "")).lower())
+            if role is None:
+                raise InputError(f"{where}: unknown ShareGPT role {turn.get('from')!r}")
+            messages.append({"role": role, "content": turn.get("value", "")})
+        return Prompt(row_id, messages=_prompt_messages(messages, where))
+    for key in ("prompt", "text"):
+        if isinstance(row.get(key), str):
+            return Prompt(row_id, text=row[key])
+    raise InputError(f"{where}: a prompt row needs `messages`, `conversations` or `prompt`")
+
+
 def read_prompts(path: str | Path, limit: int | None = None) -> list[Prompt]:
     """Prompts from JSONL / JSON / Parquet rows with `messages`, `conversations` or `prompt`/`text`."""
     path = Path(path)
@@ -70,21 +89,7 @@ def read_prompts(path: str | Path, limit: int | None = None) -> list[Prompt]:
         where = f"{path}:{number}"
         if not isinstance(row, dict):
             raise InputError(f"{where}: expected an object, got {type(row).__name__}")
-        row_id = str(row.get("id", number))
-        if row.get("messages") is not None:
-            prompts.append(Prompt(row_id, messages=_prompt_messages(list(row["messages"]), where)))
-        elif row.get("conversations") is not None:
-            messages = []
-            for turn in row["conversations"]:
-                role = _SHAREGPT_ROLES.get(str(turn.get("from", "")).lower())
-                if role is None:
-                    raise InputError(f"{where}: unknown ShareGPT role {turn.get('from')!r}")
-                messages.append({"role": role, "content": turn.get("value", "")})
-            prompts.append(Prompt(row_id, messages=_prompt_messages(messages, where)))
-        elif isinstance(row.get("prompt"), str) or isinstance(row.get("text"), str):
-            prompts.append(Prompt(row_id, text=row.get("prompt") if isinstance(row.get("prompt"), str) else row["text"]))
-        else:
-            raise InputError(f"{where}: a prompt row needs `messages`, `conversations` or `prompt`")
+        prompts.append(prompt_from_row(row, where, default_id=str(number)))
         if limit is not None and len(prompts) >= limit:
             break
     if not prompts:

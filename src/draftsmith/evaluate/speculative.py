@@ -183,8 +183,11 @@ def speculative_decode(
     block_size: int | None = None,
 ) -> DecodeResult:
     """Greedy DFlash speculative decoding; `acceptance_lengths` holds tokens committed per cycle."""
+    if input_ids.shape[0] != 1:
+        raise ValueError(f"speculative_decode runs one sequence at a time; got a batch of {input_ids.shape[0]}")
     stops = _stop_set(stop_token_ids)
     block_size = int(block_size or drafter.block_size)
+    drafter_dtype = drafter.fc.weight.dtype
     layer_ids = drafter.target_layer_ids
     embed = target_embed_tokens(target)
     lm_head = target_lm_head(target)
@@ -212,13 +215,14 @@ def speculative_decode(
             positions = torch.arange(anchor_position - context_len, anchor_position + verify_size, device=device)
             hidden = drafter(
                 position_ids=positions.unsqueeze(0),
-                noise_embedding=embed(block),
-                target_hidden=pending_context.to(drafter.fc.weight.dtype),
+                noise_embedding=embed(block).to(drafter_dtype),
+                target_hidden=pending_context.to(drafter_dtype),
                 past_key_values=drafter_cache,
                 use_cache=True,
             )
             _crop(drafter_cache, anchor_position)  # keep context keys, drop this block's
-            block[0, 1:] = drafter.compute_logits(hidden[:, 1:], lm_head).argmax(-1)[0]
+            draft_hidden = hidden[:, 1:].to(lm_head.weight.dtype)
+            block[0, 1:] = drafter.compute_logits(draft_hidden, lm_head).argmax(-1)[0]
 
         output = target(
             block,
@@ -259,9 +263,10 @@ def _encode(tokenizer, prompt, enable_thinking: bool | None) -> list[int]:
     return tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
 
 
-def default_stop_token_ids(target, tokenizer) -> list[int]:
+def default_stop_token_ids(target, tokenizer=None) -> list[int]:
+    """The target's end-of-turn ids: generation_config first (it lists every stop id), else the tokenizer's."""
     eos = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
-    if eos is None:
+    if eos is None and tokenizer is not None:
         eos = tokenizer.eos_token_id
     if eos is None:
         return []
@@ -289,7 +294,7 @@ def evaluate_drafter(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from draftsmith.evaluate.prompts import Prompt, read_prompts
+    from draftsmith.evaluate.prompts import Prompt, prompt_from_row, read_prompts
 
     if isinstance(target, (str, Path)):
         target_path = Path(target)
@@ -312,16 +317,14 @@ def evaluate_drafter(
     encoded: list[tuple[str, list[int]]] = []
     for index, item in enumerate(items):
         if isinstance(item, dict):
-            item = Prompt(str(item.get("id", index)), messages=item.get("messages"), text=item.get("prompt"))
+            item = prompt_from_row(item, f"prompt {index}", default_id=str(index))
         if isinstance(item, Prompt):
             if tokenizer is None:
                 raise InputError("evaluate_drafter needs a tokenizer for text/message prompts")
             encoded.append((item.id, _encode(tokenizer, item, enable_thinking)))
         else:
             encoded.append((str(index), [int(t) for t in item]))
-    stops = default_stop_token_ids(target, tokenizer) if tokenizer is not None else list(
-        _stop_set([target.generation_config.eos_token_id] if getattr(target, "generation_config", None) else [])
-    )
+    stops = default_stop_token_ids(target, tokenizer)
     device = next(target.parameters()).device
     block = int(block_size or drafter.block_size)
 

@@ -157,6 +157,23 @@ class DFlashDraftModel(Qwen3PreTrainedModel):
         self.hidden_norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_init()
 
+    def _apply(self, fn, recurse=True):
+        # `.to(bfloat16)` would also round RoPE's inverse frequencies, shifting every angle and
+        # diverging from engines and the reference (which keep them in float32). Rebuild them.
+        result = super()._apply(fn, recurse)
+        rotary = self.rotary_emb
+        if rotary.inv_freq.dtype != torch.float32:
+            fresh = Qwen3RotaryEmbedding(self.config)
+            rotary.inv_freq = fresh.inv_freq.to(rotary.inv_freq.device)
+            rotary.original_inv_freq = fresh.original_inv_freq.to(rotary.inv_freq.device)
+        return result
+
+    def enable_input_require_grads(self) -> None:
+        # There is no embedding layer to hook: block embeddings come from the frozen target, and the
+        # fused context (the output of the trainable fc) already carries gradients into every
+        # checkpointed layer, so gradient checkpointing needs nothing extra here.
+        return None
+
     def fuse_target_hidden(self, target_hidden: torch.Tensor) -> torch.Tensor:
         """[B, C, k*H] raw concatenated target features -> [B, C, H] context for every layer."""
         expected = self.fc.in_features

@@ -37,6 +37,19 @@ _LAYER_PARAMETERS = (
     "post_attention_layernorm.weight",
 )
 _BIAS_PARAMETERS = tuple(f"self_attn.{p}_proj.bias" for p in "qkvo")
+_NOT_IN_FORMAT = (
+    "_name_or_path",
+    "_attn_implementation_autoset",
+    "torch_dtype",
+    "chunk_size_feed_forward",
+    "id2label",
+    "label2id",
+    "is_encoder_decoder",
+    "output_attentions",
+    "output_hidden_states",
+    "problem_type",
+    "return_dict",
+)
 _FORBIDDEN = re.compile(r"(embed_tokens|lm_head|rotary_emb)")
 
 
@@ -84,9 +97,17 @@ def save_drafter(model: DFlashDraftModel, path: str | os.PathLike, dtype: torch.
     config_dict["architectures"] = ["DFlashDraftModel"]
     config_dict["model_type"] = "qwen3"
     config_dict["dtype"] = _dtype_name(weight_dtype)
-    # Runtime-only attributes transformers may add; they are not part of the checkpoint format.
-    for key in ("_name_or_path", "_attn_implementation_autoset", "torch_dtype"):
+    # Generic PretrainedConfig attributes (classification heads, output flags) and runtime-only
+    # ones are not part of the drafter format; published DFlash configs do not carry them.
+    for key in _NOT_IN_FORMAT:
         config_dict.pop(key, None)
+    # transformers 5 keeps RoPE in `rope_parameters`; engines on transformers 4.x read the legacy
+    # `rope_theta` / `rope_scaling` and would silently fall back to theta=10000 without them.
+    rope = dict(config_dict.get("rope_parameters") or {})
+    if "rope_theta" in rope:
+        config_dict["rope_theta"] = rope["rope_theta"]
+        scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
+        config_dict["rope_scaling"] = scaling if scaling.get("rope_type", "default") != "default" else None
 
     weights_tmp = out / f".{WEIGHTS_NAME}.tmp"
     config_tmp = out / f".{CONFIG_NAME}.tmp"
