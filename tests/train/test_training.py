@@ -207,3 +207,21 @@ def test_cli_extract_then_offline_train_and_errors(regenerated, tiny_target_dir,
     assert "tokenized dataset not found" in capsys.readouterr().err
     assert main(["train", "--target", str(tiny_target_dir), "--data", str(regenerated), "--out", str(tmp_path / "o"), "--offline", str(tmp_path)]) == 2
     assert "no index.json" in capsys.readouterr().err
+
+
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(regenerated, tiny_target_dir, tmp_path):
+    dataset = load_tokenized(regenerated)
+    context = init_distributed("cpu")
+    plain = DrafterTrainer(small_config(tiny_target_dir, regenerated, tmp_path / "a", num_draft_layers=2), context, dataset)
+    checkpointed = DrafterTrainer(
+        small_config(tiny_target_dir, regenerated, tmp_path / "b", num_draft_layers=2, gradient_checkpointing=True), context, dataset
+    )
+    assert checkpointed.drafter.layers[0].gradient_checkpointing
+    losses = []
+    for trainer in (plain, checkpointed):
+        output, _ = trainer.forward_loss(trainer.drafter, [1, 2, 3], epoch=0)
+        output.loss.backward()
+        losses.append(output.loss.item())
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+    for (name, a), (_, b) in zip(plain.drafter.named_parameters(), checkpointed.drafter.named_parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7, msg=name)

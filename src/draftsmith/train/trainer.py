@@ -83,6 +83,7 @@ class TrainConfig(BaseModel):
     grad_accum: int = Field(1, ge=1)
     batch_size: int = Field(1, ge=1, description="sequences per micro-batch per process")
     dtype: Literal["auto", "fp32", "bf16"] = "auto"
+    gradient_checkpointing: bool = Field(False, description="recompute drafter layers in backward to save memory")
     device: str = "auto"
     num_threads: int | None = Field(None, ge=1, description="CPU threads per process (torch default if unset)")
     seed: int = 0
@@ -201,6 +202,9 @@ class DrafterTrainer:
         # The same seed gives the same initial drafter on every rank and in every mode.
         torch.manual_seed(config.seed)
         self.drafter = DFlashDraftModel(self.drafter_config).to(self.device, torch.float32)
+        if config.gradient_checkpointing:
+            enable = getattr(self.drafter, "activation_checkpointing_enable", None) or self.drafter.gradient_checkpointing_enable
+            enable()
         self.drafter.train()
         self.weights = position_weights(config.block_size, config.gamma).to(self.device)
         self.gamma = config.gamma if config.gamma is not None else default_gamma(config.block_size)
