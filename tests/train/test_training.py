@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -172,7 +173,15 @@ def test_torchrun_two_processes_stay_in_sync(regenerated, tiny_target_dir, tmp_p
         "--block-size", "8", "--draft-layers", "1", "--epochs", "1", "--max-steps", "3", "--batch-size", "2",
         "--grad-accum", "2", "--dtype", "fp32", "--device", "cpu", "--threads", "1", "--no-progress", "--num-anchors", "16",
     ]  # fmt: skip
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    # Own session, so a hang cannot leave torchrun's worker processes behind.
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        pytest.fail("torchrun did not finish in 240 s:\n" + stdout[-2000:] + stderr[-2000:])
+    completed = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     summary = json.loads((out / "train_summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] == 3
