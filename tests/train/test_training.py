@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -172,7 +173,15 @@ def test_torchrun_two_processes_stay_in_sync(regenerated, tiny_target_dir, tmp_p
         "--block-size", "8", "--draft-layers", "1", "--epochs", "1", "--max-steps", "3", "--batch-size", "2",
         "--grad-accum", "2", "--dtype", "fp32", "--device", "cpu", "--threads", "1", "--no-progress", "--num-anchors", "16",
     ]  # fmt: skip
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    # Own session, so a hang cannot leave torchrun's worker processes behind.
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        pytest.fail("torchrun did not finish in 240 s:\n" + stdout[-2000:] + stderr[-2000:])
+    completed = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     summary = json.loads((out / "train_summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] == 3
@@ -207,3 +216,21 @@ def test_cli_extract_then_offline_train_and_errors(regenerated, tiny_target_dir,
     assert "tokenized dataset not found" in capsys.readouterr().err
     assert main(["train", "--target", str(tiny_target_dir), "--data", str(regenerated), "--out", str(tmp_path / "o"), "--offline", str(tmp_path)]) == 2
     assert "no index.json" in capsys.readouterr().err
+
+
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(regenerated, tiny_target_dir, tmp_path):
+    dataset = load_tokenized(regenerated)
+    context = init_distributed("cpu")
+    plain = DrafterTrainer(small_config(tiny_target_dir, regenerated, tmp_path / "a", num_draft_layers=2), context, dataset)
+    checkpointed = DrafterTrainer(
+        small_config(tiny_target_dir, regenerated, tmp_path / "b", num_draft_layers=2, gradient_checkpointing=True), context, dataset
+    )
+    assert checkpointed.drafter.layers[0].gradient_checkpointing
+    losses = []
+    for trainer in (plain, checkpointed):
+        output, _ = trainer.forward_loss(trainer.drafter, [1, 2, 3], epoch=0)
+        output.loss.backward()
+        losses.append(output.loss.item())
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+    for (name, a), (_, b) in zip(plain.drafter.named_parameters(), checkpointed.drafter.named_parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7, msg=name)

@@ -83,6 +83,7 @@ class TrainConfig(BaseModel):
     grad_accum: int = Field(1, ge=1)
     batch_size: int = Field(1, ge=1, description="sequences per micro-batch per process")
     dtype: Literal["auto", "fp32", "bf16"] = "auto"
+    gradient_checkpointing: bool = Field(False, description="recompute drafter layers in backward to save memory")
     device: str = "auto"
     num_threads: int | None = Field(None, ge=1, description="CPU threads per process (torch default if unset)")
     seed: int = 0
@@ -201,6 +202,9 @@ class DrafterTrainer:
         # The same seed gives the same initial drafter on every rank and in every mode.
         torch.manual_seed(config.seed)
         self.drafter = DFlashDraftModel(self.drafter_config).to(self.device, torch.float32)
+        if config.gradient_checkpointing:
+            enable = getattr(self.drafter, "activation_checkpointing_enable", None) or self.drafter.gradient_checkpointing_enable
+            enable()
         self.drafter.train()
         self.weights = position_weights(config.block_size, config.gamma).to(self.device)
         self.gamma = config.gamma if config.gamma is not None else default_gamma(config.block_size)
@@ -386,6 +390,8 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
     trainable = [index for index, sample in enumerate(dataset.samples) if valid_anchor_positions(torch.from_numpy(sample.loss_mask)).numel() > 0]
     if not trainable:
         raise InputError(f"{config.data}: no sample has two consecutive loss-mask tokens, nothing to train on")
+    if not config.resume and latest_checkpoint(out_dir) is not None:
+        raise InputError(f"{out_dir}: holds checkpoints already; pass --resume to continue or use a new --out")
     trainer = DrafterTrainer(config, context, dataset)
     drafter = trainer.drafter
     if context.enabled:
@@ -430,8 +436,6 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
             losses = [tuple(item) for item in saved.get("losses", [])]
             _set_rng_state(saved["rng"])
             resumed_from = step
-    elif latest_checkpoint(out_dir) is not None:
-        raise InputError(f"{out_dir}: holds checkpoints already; pass --resume to continue or use a new --out")
     barrier(context)
 
     if context.is_main:
@@ -441,7 +445,9 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
         print(
             f"training a {config.num_draft_layers}-layer drafter (block {config.block_size}, gamma {trainer.gamma:g}, "
             f"layers {trainer.layer_ids}, {mode}, {trainer.compute_dtype_name}) on {len(trainable)} samples "
-            f"x {config.epochs} epochs = {total_steps} steps, {context.world_size} process(es)"
+            f"x {config.epochs} epochs = {total_steps} steps"
+            + (" (capped by max_steps)" if total_steps < per_epoch_steps * config.epochs else "")
+            + f", {context.world_size} process(es)"
             + (f"; resuming at step {step}" if resumed_from is not None else "")
         )
     log_handle = (out_dir / LOG_FILE).open("a") if context.is_main else None
