@@ -27,6 +27,8 @@ import aiohttp
 from draftsmith.generate.reasoning import extract_reasoning
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+# Resends of a request whose pooled connection the server had already closed (see ChatClient._post).
+STALE_CONNECTION_RETRIES = 3
 
 
 class ClientError(Exception):
@@ -215,12 +217,27 @@ class ChatClient:
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError, asyncio.TimeoutError) as error:
             raise EndpointConnectionError(f"{url}: {type(error).__name__}: {error}") from None
 
+    async def _post(self, url: str, data: bytes) -> aiohttp.ClientResponse:
+        """POST, resending on a fresh connection when a pooled one turns out to be closed.
+
+        Engines close idle or used-up keep-alive connections on their own schedule (llama-server
+        sends `Keep-Alive: timeout=5, max=100`); a request written into such a socket fails before
+        any byte of an answer arrives, so sending it again cannot duplicate a completion.
+        """
+        for attempt in range(STALE_CONNECTION_RETRIES + 1):
+            try:
+                return await self.session.post(url, data=data, headers=self.headers)
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as error:
+                if isinstance(error, aiohttp.ClientConnectorError) or attempt == STALE_CONNECTION_RETRIES:
+                    raise
+        raise AssertionError("unreachable")
+
     async def chat(self, base_url: str, payload: dict[str, Any]) -> ChatResult:
         """POST one chat completion; streams when ``payload["stream"]`` is true."""
         start = time.perf_counter()
         data = json.dumps(payload).encode("utf-8")
         try:
-            async with self.session.post(_chat_url(base_url), data=data, headers=self.headers) as response:
+            async with await self._post(_chat_url(base_url), data) as response:
                 if response.status != 200:
                     text = (await response.read()).decode("utf-8", "replace")
                     message = text[:500]
