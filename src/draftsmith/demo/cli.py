@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
         train_prompts: int = typer.Option(320, min=8, help="Prompts to regenerate and train on."),
         eval_prompts: int = typer.Option(12, min=1, help="Held-out prompts for speculative decoding."),
         train_steps: int = typer.Option(240, min=1, help="Drafter optimizer steps."),
-        block_size: int = typer.Option(8, min=2, help="Drafter block size."),
+        block_size: int = typer.Option(16, min=2, help="Drafter block size."),
         threads: int = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     ) -> None:
