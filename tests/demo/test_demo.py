@@ -12,7 +12,7 @@ from draftsmith.errors import InputError
 @pytest.mark.slow
 def test_demo_trains_a_drafter_that_beats_an_untrained_one(tmp_path):
     result = run_demo(
-        DemoConfig(workdir=tmp_path / "demo", train_prompts=160, eval_prompts=6, train_steps=160,
+        DemoConfig(workdir=tmp_path / "demo", train_prompts=160, eval_prompts=6, train_steps=120,
                    eval_max_new_tokens=96),
         log=lambda message: None,
     )
