@@ -164,16 +164,8 @@ def write_tokenized(rows: Iterable[dict[str, Any]], out_dir: str | Path, shard_r
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = pa.schema(
-        [
-            ("id", pa.string()),
-            ("input_ids", pa.list_(pa.int32())),
-            ("loss_mask", pa.list_(pa.int8())),
-            ("num_tokens", pa.int32()),
-            ("num_trainable", pa.int32()),
-            ("finish_reason", pa.string()),
-        ]
-    )
+    from draftsmith.tokenize.writer import SCHEMA, SHARD_PATTERN
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -190,9 +182,9 @@ def write_tokenized(rows: Iterable[dict[str, Any]], out_dir: str | Path, shard_r
             "num_trainable": [int(sum(row["loss_mask"])) for row in buffer],
             "finish_reason": [row.get("finish_reason") for row in buffer],
         }
-        target = out_dir / f"part-{len(written):05d}.parquet"
+        target = out_dir / SHARD_PATTERN.format(index=len(written))
         partial = target.with_suffix(".parquet.partial")
-        pq.write_table(pa.table(columns, schema=schema), partial)
+        pq.write_table(pa.table(columns, schema=SCHEMA), partial)
         os.replace(partial, target)
         written.append(target)
         buffer.clear()
