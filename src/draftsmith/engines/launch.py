@@ -12,12 +12,14 @@ Both listen on 127.0.0.1 on a free port. `start()` waits until the engine answer
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
 import subprocess
 import tempfile
 import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,6 +29,16 @@ from draftsmith.engines.install import llama_server_binary, vllm_python
 from draftsmith.errors import DraftsmithError
 
 LOCALHOST = "127.0.0.1"
+
+# Engines run in their own session, so an interrupted test run would leave them behind; kill any
+# still running when the interpreter exits.
+_running: weakref.WeakSet[EngineServer] = weakref.WeakSet()
+
+
+@atexit.register
+def _kill_leftover_engines() -> None:
+    for server in list(_running):
+        server.kill()
 
 
 class EngineStartError(DraftsmithError):
@@ -112,6 +124,7 @@ class EngineServer:
                 self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 env=self.env, start_new_session=True,
             )
+        _running.add(self)
         self.starts += 1
         started = time.monotonic()
         try:
@@ -167,6 +180,7 @@ class EngineServer:
             return
         self._signal_group(signal.SIGKILL)
         self.process.wait()
+        _running.discard(self)
 
     def stop(self, timeout_s: float = 20.0) -> None:
         """SIGTERM, then SIGKILL whatever is left after `timeout_s`."""
@@ -181,6 +195,7 @@ class EngineServer:
         # Workers may outlive the leader; the group kill reaches them either way.
         self._signal_group(signal.SIGKILL)
         self.process.wait()
+        _running.discard(self)
 
     def restart(self) -> EngineServer:
         """Stop (if running) and start again on the same port."""
