@@ -285,3 +285,53 @@ def llama_server(
     argv += list(extra_args)
     return EngineServer("llama-server", argv, port=port, model_name=alias, env=_engine_env(env),
                         log_path=log_path, startup_timeout_s=startup_timeout_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve the tiny target (or a model you name) on a real engine until Ctrl-C."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(
+        prog="python -m draftsmith.engines.launch",
+        description="Start a real engine on 127.0.0.1 and keep it running until Ctrl-C.",
+    )
+    parser.add_argument("engine", choices=["vllm", "llama-server"])
+    parser.add_argument("--model", help="HF model dir (vllm) or .gguf / HF dir (llama-server); "
+                        "default: the built-in tiny target")
+    parser.add_argument("--port", type=int, default=None)
+    args = parser.parse_args(argv)
+    try:
+        if args.model:
+            model = Path(args.model)
+        else:
+            from draftsmith.tiny import build_tiny_target
+
+            model = build_tiny_target(log=lambda message: print(message, file=sys.stderr))
+        if args.engine == "vllm":
+            server = vllm_server(model, port=args.port)
+        else:
+            if model.is_dir():
+                from draftsmith.engines.gguf import convert_to_gguf
+
+                model = convert_to_gguf(model)
+            server = llama_server(model, port=args.port)
+        print(f"starting {server.kind} (log: {server.log_path}) ...", file=sys.stderr)
+        server.start()
+    except DraftsmithError as error:
+        print(f"draftsmith: error: {error}", file=sys.stderr)
+        return error.exit_code
+    print(f"{server.kind} ready in {server.last_start_s:.1f} s: {server.api_url} (model {server.model_name!r})")
+    try:
+        while server.alive():
+            time.sleep(0.5)
+        print(f"{server.kind} exited; log tail:\n{server.log_tail()}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,198 @@
+"""`draftsmith generate` against real engines, including an engine killed in the middle of a run.
+
+The CLI runs as a subprocess (as users run it), the engines are real servers, and the checks read
+the output files directly rather than through the store's own reader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import draftsmith
+from draftsmith.tiny import synthetic_prompts
+
+pytestmark = pytest.mark.timeout(600)
+
+SRC = str(Path(draftsmith.__file__).resolve().parents[1])
+
+
+def write_prompts(path: Path, count: int, seed: int = 7) -> list[str]:
+    rows = list(synthetic_prompts(count, seed=seed))
+    with path.open("w") as handle:
+        for row in rows:
+            handle.write(json.dumps(row) + "\n")
+    return [row["id"] for row in rows]
+
+
+def generate_argv(prompts: Path, output: Path, engine, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "draftsmith", "generate", str(prompts), "--output", str(output),
+        "--endpoint", engine.api_url, "--temperature", "0", "--max-tokens", "256",
+        "--no-progress", "--json", *extra,
+    ]
+
+
+def cli_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [SRC, env.get("PYTHONPATH")]))
+    return env
+
+
+def run_generate(prompts: Path, output: Path, engine, *extra: str, timeout: float = 300):
+    result = subprocess.run(generate_argv(prompts, output, engine, *extra), env=cli_env(),
+                            capture_output=True, text=True, timeout=timeout)
+    return result, _summary(result.stdout)
+
+
+def _summary(stdout: str) -> dict | None:
+    start = stdout.find("{")
+    return json.loads(stdout[start:]) if start >= 0 else None
+
+
+def complete_rows(output: Path) -> list[dict]:
+    """Every complete (newline-terminated) row in the output shards; a torn tail is not a row."""
+    rows = []
+    for part in sorted(output.glob("generated-*.jsonl")):
+        text = part.read_text()
+        lines = text.split("\n")[:-1]  # whatever follows the last newline is incomplete
+        rows.extend(json.loads(line) for line in lines if line.strip())
+    return rows
+
+
+def assert_row_is_a_real_thinking_completion(row: dict, engine) -> None:
+    answer = row["messages"][-1]
+    assert answer["role"] == "assistant"
+    assert answer["reasoning_content"].strip(), row
+    assert answer["content"].strip(), row
+    assert "think>" not in answer["content"] and "think>" not in answer["reasoning_content"]
+    assert row["finish_reason"] == "stop"
+    assert row["prompt_tokens"] > 0 and row["completion_tokens"] > 0
+    assert row["model"] == engine.model_name
+    assert str(engine.port) in row["endpoint"]
+    if engine.kind == "vllm":
+        assert 0 < row["reasoning_tokens"] < row["completion_tokens"]
+        assert len(row["completion_token_ids"]) == row["completion_tokens"]
+        assert len(row["prompt_token_ids"]) == row["prompt_tokens"]
+
+
+def assert_exactly_once(rows: list[dict], ids: list[str]) -> None:
+    counts = Counter(row["id"] for row in rows)
+    duplicated = {sample_id: n for sample_id, n in counts.items() if n > 1}
+    assert not duplicated, f"samples written more than once: {duplicated}"
+    missing = set(ids) - set(counts)
+    assert not missing, f"{len(missing)} samples missing, e.g. {sorted(missing)[:3]}"
+    assert set(counts) == set(ids)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["blocking", "streaming"])
+def test_generate_writes_a_complete_row_per_prompt(engine, tmp_path, stream, tiny_tokenizer):
+    prompts = tmp_path / "prompts.jsonl"
+    ids = write_prompts(prompts, 24)
+    output = tmp_path / "out"
+    extra = ["--concurrency", "8"] + (["--stream"] if stream else [])
+    result, summary = run_generate(prompts, output, engine, *extra)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert summary["input"] == 24 and summary["done"] == 24
+    assert summary["failed"] == summary["remaining"] == 0
+    rows = complete_rows(output)
+    assert_exactly_once(rows, ids)
+    by_id = {row["id"]: row for row in rows}
+    for sample_id in ids:
+        assert_row_is_a_real_thinking_completion(by_id[sample_id], engine)
+    assert summary["output_tokens"] == sum(row["completion_tokens"] for row in rows)
+    if engine.kind == "vllm":
+        # The training row can be exactly what the engine saw and produced.
+        row = by_id[ids[0]]
+        answer = row["messages"][-1]
+        decoded = tiny_tokenizer.decode(row["completion_token_ids"], skip_special_tokens=False)
+        assert answer["reasoning_content"].strip() in decoded and answer["content"].strip() in decoded
+
+
+def _wait_for_rows(output: Path, at_least: int, process: subprocess.Popen, timeout: float = 120) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        count = len(complete_rows(output)) if output.exists() else 0
+        if count >= at_least:
+            return count
+        if process.poll() is not None:
+            raise AssertionError(f"generate exited ({process.returncode}) before writing {at_least} rows:\n"
+                                 f"{process.stderr.read()[-3000:] if process.stderr else ''}")
+        time.sleep(0.02)
+    raise AssertionError(f"fewer than {at_least} rows after {timeout} s")
+
+
+# Enough samples that a run lasts several seconds on 2 cores, so the kill lands mid-run.
+KILL_TEST_SAMPLES = 240
+
+
+def test_engine_killed_mid_run_and_restarted_the_run_finishes_with_every_sample_once(engine, tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    ids = write_prompts(prompts, KILL_TEST_SAMPLES, seed=11)
+    output = tmp_path / "out"
+    process = subprocess.Popen(
+        generate_argv(prompts, output, engine, "--concurrency", "4", "--health-interval", "0.5",
+                      "--endpoint-wait", "240", "--max-retries", "20"),
+        env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        _wait_for_rows(output, 20, process)
+        engine.kill()
+        rows_at_kill = len(complete_rows(output))
+        assert rows_at_kill < KILL_TEST_SAMPLES, "the run finished before the engine was killed"
+        time.sleep(1.0)  # in-flight requests fail; the client must hold them, not drop them
+        engine.start()
+        stdout, stderr = process.communicate(timeout=400)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, stderr[-3000:]
+    summary = _summary(stdout)
+    rows = complete_rows(output)
+    assert_exactly_once(rows, ids)
+    for row in rows:
+        assert_row_is_a_real_thinking_completion(row, engine)
+    assert summary["done"] == KILL_TEST_SAMPLES == summary["input"]
+    assert summary["done"] + summary["failed"] + summary["skipped"] + summary["remaining"] == summary["input"]
+
+
+def test_engine_and_client_crash_then_rerun_resumes_without_loss_or_duplicates(engine, tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    ids = write_prompts(prompts, KILL_TEST_SAMPLES, seed=13)
+    output = tmp_path / "out"
+    process = subprocess.Popen(
+        generate_argv(prompts, output, engine, "--concurrency", "4"),
+        env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        _wait_for_rows(output, 20, process)
+        # The whole node goes down: engine and client die at once, nothing is shut down cleanly.
+        engine.kill()
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    survived = complete_rows(output)
+    assert 20 <= len(survived) < KILL_TEST_SAMPLES
+    assert len({row["id"] for row in survived}) == len(survived)
+
+    engine.start()
+    result, summary = run_generate(prompts, output, engine, "--concurrency", "4")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = complete_rows(output)
+    assert_exactly_once(rows, ids)
+    for row in rows:
+        assert_row_is_a_real_thinking_completion(row, engine)
+    assert summary["input"] == KILL_TEST_SAMPLES
+    assert summary["already_done"] == len(survived)
+    assert summary["done"] == KILL_TEST_SAMPLES - len(survived)
+    assert summary["done"] + summary["failed"] + summary["skipped"] + summary["remaining"] == summary["input"]
