@@ -33,6 +33,14 @@ from draftsmith.tiny.cli import register as _register_tiny  # noqa: E402
 
 _register_tiny(app)
 
+from draftsmith.serve.cli import register as _register_serve  # noqa: E402
+
+_register_serve(app)
+
+from draftsmith.generate.cli import register as _register_generate  # noqa: E402
+
+_register_generate(app)
+
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for the console script; returns the process exit code."""

@@ -1,0 +1,44 @@
+"""`draftsmith generate`: regenerate completions for every prompt through OpenAI-compatible engines.
+
+Public API:
+
+* ``GenerateConfig``, ``GenerateSummary``, ``generate(config)`` (blocking, notebook-safe),
+  ``agenerate(config)`` (async);
+* ``GuardConfig`` (quality-guard thresholds), ``QualityGuardTripped`` (CLI exit code 3);
+* ``ChatClient`` / ``ChatResult`` (the pooled async client), ``extract_reasoning``;
+* ``load_prompts`` / ``PromptSample`` (prompt reading with stable ids), ``scan_done_ids``.
+"""
+
+from draftsmith.generate.client import ChatClient, ChatResult, normalize_base_url
+from draftsmith.generate.guard import GuardConfig, QualityGuard
+from draftsmith.generate.inputs import PromptSample, content_hash_id, load_prompts, shard_of
+from draftsmith.generate.pipeline import (
+    GenerateConfig,
+    GenerateSummary,
+    QualityGuardTripped,
+    agenerate,
+    generate,
+)
+from draftsmith.generate.reasoning import extract_reasoning, split_think
+from draftsmith.generate.store import OutputStore, scan_done_ids
+
+__all__ = [
+    "ChatClient",
+    "ChatResult",
+    "GenerateConfig",
+    "GenerateSummary",
+    "GuardConfig",
+    "OutputStore",
+    "PromptSample",
+    "QualityGuard",
+    "QualityGuardTripped",
+    "agenerate",
+    "content_hash_id",
+    "extract_reasoning",
+    "generate",
+    "load_prompts",
+    "normalize_base_url",
+    "scan_done_ids",
+    "shard_of",
+    "split_think",
+]

@@ -1,0 +1,588 @@
+"""The generation run: prompts in, contract-1 rows out, resumable, across many endpoints.
+
+Python API (also usable from a notebook, where an event loop is already running)::
+
+    from draftsmith.generate import GenerateConfig, generate
+    summary = generate(GenerateConfig(inputs=["prompts.jsonl"], output_dir="out",
+                                      endpoints=["http://127.0.0.1:8000"]))
+    assert summary.ok, summary.problems()
+
+``agenerate(config)`` is the async variant. Rows are never lost or duplicated: see ``store.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import random
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from draftsmith.errors import DraftsmithError, InputError
+from draftsmith.generate.client import (
+    ChatClient,
+    ChatResult,
+    EndpointConnectionError,
+    HTTPStatusError,
+    RequestTimeout,
+    ResponseFormatError,
+)
+from draftsmith.generate.dispatch import Dispatcher, Endpoint
+from draftsmith.generate.guard import GuardConfig, QualityGuard
+from draftsmith.generate.inputs import PromptSample, load_prompts, shard_of
+from draftsmith.generate.progress import RunProgress
+from draftsmith.generate.store import OutputStore
+
+ORDERS = ("input", "longest-first", "prefix")
+
+
+class QualityGuardTripped(DraftsmithError):
+    """The quality guard stopped the run (the CLI exits with code 3)."""
+
+    exit_code = 3
+
+
+@dataclass
+class GenerateConfig:
+    """Everything a generation run needs. Paths may be str or Path."""
+
+    inputs: list[str | Path] | str | Path
+    """Prompt files or dirs: JSONL / JSON / Parquet / ``datasets.save_to_disk`` (messages or ShareGPT)."""
+    output_dir: str | Path
+    endpoints: list[str] = field(default_factory=lambda: ["http://127.0.0.1:8000"])
+    """Base URLs of OpenAI-compatible servers (``http://host:port`` or ``.../v1``), one per GPU/node."""
+    model: str | None = None
+    """Model name sent with each request; None: the first id from the endpoint's ``/v1/models``."""
+    max_tokens: int = 4096
+    temperature: float | None = 0.6
+    top_p: float | None = 0.95
+    seed: int | None = None
+    chat_template_kwargs: dict[str, Any] = field(default_factory=lambda: {"enable_thinking": True})
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    """Extra request fields passed through as they are (e.g. ``{"top_k": 20}``)."""
+    concurrency: int = 32
+    """Most requests in flight per endpoint."""
+    stream: bool = False
+    return_token_ids: bool = True
+    """Ask for prompt/completion token ids (vLLM ``return_token_ids``); engines that ignore it are fine."""
+    shard_index: int = 0
+    shard_count: int = 1
+    order: str = "input"
+    """``input``, ``longest-first`` (long prompts start early, shorter tail) or ``prefix`` (shared
+    prefixes adjacent, for prefix caching)."""
+    limit: int | None = None
+    """Attempt at most this many samples this run (the rest count as remaining)."""
+    retry_failed: bool = True
+    """Retry samples listed in the failures file by an earlier run (False: count them as skipped)."""
+    max_retries: int = 5
+    """Retries per sample for 408/429/5xx/timeouts; connection errors get twice as many."""
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 30.0
+    request_timeout_s: float = 1800.0
+    health_interval_s: float = 10.0
+    endpoint_wait_s: float = 600.0
+    """How long to wait while no endpoint is healthy (at start or mid-run) before stopping."""
+    guard: GuardConfig = field(default_factory=GuardConfig)
+    progress: bool = True
+    api_key: str | None = None
+    fsync_interval_s: float = 1.0
+
+    def validate(self) -> None:
+        if not self.endpoints:
+            raise InputError("at least one endpoint is needed (--endpoint URL)")
+        if not (0 <= self.shard_index < self.shard_count):
+            raise InputError(f"shard {self.shard_index}/{self.shard_count}: need 0 <= i < N")
+        if self.order not in ORDERS:
+            raise InputError(f"order must be one of {', '.join(ORDERS)}, got {self.order!r}")
+        if self.max_tokens < 1 or self.concurrency < 1:
+            raise InputError("max_tokens and concurrency must be positive")
+
+
+@dataclass
+class GenerateSummary:
+    """The accounting of one run for one shard. ``ok`` when everything is accounted for and done."""
+
+    input: int
+    """Prompt rows in this shard (duplicates included)."""
+    done: int
+    failed: int
+    skipped: int
+    """already_done + duplicates + skipped_failed."""
+    remaining: int
+    """Not finished this run (stopped, interrupted or beyond ``limit``); a rerun resumes them."""
+    already_done: int = 0
+    duplicates: int = 0
+    skipped_failed: int = 0
+    retries: int = 0
+    requeued: int = 0
+    output_tokens: int = 0
+    elapsed_s: float = 0.0
+    output_tokens_per_s: float = 0.0
+    stopped_reason: str | None = None
+    guard_tripped: bool = False
+    output_dir: str = ""
+    rows_file: str | None = None
+    failures_file: str | None = None
+    model: str | None = None
+    endpoints: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def accounted(self) -> bool:
+        return self.done + self.failed + self.skipped + self.remaining == self.input
+
+    @property
+    def ok(self) -> bool:
+        return self.accounted and self.failed == 0 and self.remaining == 0 and self.stopped_reason is None
+
+    def problems(self) -> list[str]:
+        issues = []
+        if not self.accounted:
+            issues.append(
+                f"accounting mismatch: done {self.done} + failed {self.failed} + skipped {self.skipped} + "
+                f"remaining {self.remaining} != input {self.input}"
+            )
+        if self.stopped_reason:
+            issues.append(self.stopped_reason)
+        if self.failed:
+            issues.append(f"{self.failed} samples failed (see {self.failures_file})")
+        if self.remaining and not self.stopped_reason:
+            issues.append(f"{self.remaining} samples remain (rerun to resume)")
+        return issues
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["accounted"] = self.accounted
+        data["ok"] = self.ok
+        return data
+
+    def render(self, console) -> None:
+        from rich.table import Table
+
+        table = Table(title="draftsmith generate", show_header=False)
+        table.add_row("input (this shard)", f"{self.input:,}")
+        table.add_row("done", f"{self.done:,}")
+        table.add_row("failed", f"{self.failed:,}")
+        table.add_row(
+            "skipped",
+            f"{self.skipped:,} (already done {self.already_done:,}, duplicates {self.duplicates:,}, "
+            f"earlier failures {self.skipped_failed:,})",
+        )
+        table.add_row("remaining", f"{self.remaining:,}")
+        check = "OK" if self.accounted else "MISMATCH"
+        table.add_row("done+failed+skipped+remaining = input", check)
+        table.add_row("retries / requeued", f"{self.retries:,} / {self.requeued:,}")
+        table.add_row("output tokens", f"{self.output_tokens:,} ({self.output_tokens_per_s:,.0f} tok/s)")
+        table.add_row("elapsed", f"{self.elapsed_s:,.1f}s")
+        if self.rows_file:
+            table.add_row("rows", self.rows_file)
+        if self.stopped_reason:
+            table.add_row("stopped", self.stopped_reason)
+        console.print(table)
+
+
+class _Run:
+    """The scheduler of one run: a ready queue, least-outstanding dispatch, retries, the guard."""
+
+    def __init__(self, config: GenerateConfig, client: ChatClient, store: OutputStore, model: str,
+                 progress: RunProgress, guard: QualityGuard, log: Callable[[str], None]):
+        self.config = config
+        self.client = client
+        self.store = store
+        self.model = model
+        self.progress = progress
+        self.guard = guard
+        self.log = log
+        self.ready: deque[PromptSample] = deque()
+        self.unresolved: set[str] = set()
+        self.attempts: dict[str, int] = {}
+        self.connection_errors: dict[str, int] = {}
+        self.inflight: dict[asyncio.Task, tuple[PromptSample, Endpoint, float]] = {}
+        self.timers = 0
+        self.wake = asyncio.Event()
+        self.stopping = False
+        self.stop_reason: str | None = None
+        self.guard_tripped = False
+        self.done = self.failed = self.retries = self.requeued = 0
+        self.output_tokens = 0
+        self.mean_completion = float(config.max_tokens) / 2
+        self.return_token_ids = config.return_token_ids
+        self.dispatcher = Dispatcher(
+            config.endpoints,
+            config.concurrency,
+            client,
+            health_interval_s=config.health_interval_s,
+            on_down=self._on_endpoint_down,
+            on_change=self.wake.set,
+            log=log,
+        )
+        self._base_payload = self._make_base_payload()
+
+    # --- requests -----------------------------------------------------------------------------
+
+    def _make_base_payload(self) -> dict[str, Any]:
+        config = self.config
+        payload: dict[str, Any] = {"model": self.model, "max_tokens": config.max_tokens, "stream": config.stream}
+        if config.temperature is not None:
+            payload["temperature"] = config.temperature
+        if config.top_p is not None:
+            payload["top_p"] = config.top_p
+        if config.seed is not None:
+            payload["seed"] = config.seed
+        if config.chat_template_kwargs:
+            payload["chat_template_kwargs"] = dict(config.chat_template_kwargs)
+        if config.stream:
+            payload["stream_options"] = {"include_usage": True}
+        if self.return_token_ids:
+            payload["return_token_ids"] = True
+        payload.update(config.extra_body)
+        return payload
+
+    def _work(self, sample: PromptSample) -> float:
+        return sample.prompt_chars / 4.0 + self.mean_completion
+
+    async def _attempt(self, sample: PromptSample, endpoint: Endpoint) -> tuple[str, Any, float | None]:
+        payload = dict(self._base_payload)
+        payload["messages"] = sample.messages
+        try:
+            return "ok", await self.client.chat(endpoint.url, payload), None
+        except EndpointConnectionError as error:
+            return "connection", error, None
+        except RequestTimeout as error:
+            return "retry", error, None
+        except HTTPStatusError as error:
+            return ("retry" if error.retryable else "fail"), error, error.retry_after
+        except ResponseFormatError as error:
+            return "fail", error, None
+
+    def _launch(self, sample: PromptSample, endpoint: Endpoint) -> None:
+        work = self._work(sample)
+        self.dispatcher.begin(endpoint, work)
+        task = asyncio.get_running_loop().create_task(self._attempt(sample, endpoint))
+        self.inflight[task] = (sample, endpoint, work)
+        endpoint.inflight.add(task)
+        task.add_done_callback(self._on_done)
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        delay = min(self.config.backoff_max_s, self.config.backoff_base_s * (2 ** max(0, attempt - 1)))
+        delay *= random.uniform(0.5, 1.5)  # jitter: retries from many requests do not arrive together
+        if retry_after is not None:
+            delay = max(delay, retry_after)
+        return delay
+
+    def _schedule(self, sample: PromptSample, delay: float) -> None:
+        self.timers += 1
+
+        def fire() -> None:
+            self.timers -= 1
+            if not self.stopping:
+                self.ready.append(sample)
+            self.wake.set()
+
+        asyncio.get_running_loop().call_later(delay, fire)
+
+    def _on_endpoint_down(self, endpoint: Endpoint) -> None:
+        for task in list(endpoint.inflight):
+            task.cancel()
+
+    def _on_done(self, task: asyncio.Task) -> None:
+        sample, endpoint, work = self.inflight.pop(task)
+        endpoint.inflight.discard(task)
+        self.dispatcher.end(endpoint, work)
+        self.wake.set()
+        if task.cancelled():
+            if not self.stopping:
+                self.requeued += 1
+                self.ready.appendleft(sample)
+            return
+        try:
+            kind, value, retry_after = task.result()
+        except Exception as error:  # a bug, not the endpoint's fault: record it, never drop the sample
+            kind, value, retry_after = "fail", error, None
+        if self.stopping:
+            if kind == "ok":
+                self._complete(sample, endpoint, value)
+            return
+        if kind == "ok":
+            endpoint.completed += 1
+            self._complete(sample, endpoint, value)
+        elif kind == "connection":
+            endpoint.failed += 1
+            self.dispatcher.suspect(endpoint, str(value))
+            count = self.connection_errors.get(sample.id, 0) + 1
+            self.connection_errors[sample.id] = count
+            if count > 2 * self.config.max_retries:
+                self._fail(sample, f"connection failed {count} times, last: {value}", endpoint)
+            else:
+                self.retries += 1
+                self.progress.retries += 1
+                self._schedule(sample, self._backoff(count, None) / 4)
+        elif kind == "retry":
+            endpoint.failed += 1
+            count = self.attempts.get(sample.id, 0) + 1
+            self.attempts[sample.id] = count
+            if count > self.config.max_retries:
+                self._fail(sample, f"gave up after {count} attempts, last: {value}", endpoint)
+            else:
+                self.retries += 1
+                self.progress.retries += 1
+                self._schedule(sample, self._backoff(count, retry_after))
+        else:
+            message = str(value)
+            if self.return_token_ids and "return_token_ids" in message:
+                self.log("the engine rejects 'return_token_ids'; continuing without token ids")
+                self.return_token_ids = False
+                self._base_payload.pop("return_token_ids", None)
+                self.ready.appendleft(sample)
+                return
+            self._fail(sample, message, endpoint)
+
+    def _fail(self, sample: PromptSample, reason: str, endpoint: Endpoint | None) -> None:
+        attempts = self.attempts.get(sample.id, 0) + self.connection_errors.get(sample.id, 0) + 1
+        self.store.write_failure(sample.id, reason, attempts, endpoint.url if endpoint else None)
+        self.unresolved.discard(sample.id)
+        self.failed += 1
+        self.progress.failed += 1
+
+    def _complete(self, sample: PromptSample, endpoint: Endpoint, result: ChatResult) -> None:
+        completion_tokens = result.completion_tokens
+        if completion_tokens is None and result.completion_token_ids is not None:
+            completion_tokens = len(result.completion_token_ids)
+        row = {
+            "id": sample.id,
+            "messages": [
+                *sample.messages,
+                {"role": "assistant", "content": result.content, "reasoning_content": result.reasoning},
+            ],
+            "finish_reason": result.finish_reason,
+            "prompt_tokens": result.prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "reasoning_tokens": result.reasoning_tokens,
+            "prompt_token_ids": result.prompt_token_ids,
+            "completion_token_ids": result.completion_token_ids,
+            "model": result.model or self.model,
+            "endpoint": endpoint.url,
+            "latency_s": round(result.latency_s, 4),
+        }
+        if not self.store.write_row(row):
+            return  # a requeued copy finished too: the first complete row wins
+        self.unresolved.discard(sample.id)
+        self.done += 1
+        tokens = completion_tokens or 0
+        self.output_tokens += tokens
+        self.mean_completion += (tokens - self.mean_completion) / min(self.done, 1000)
+        self.progress.add_row(tokens)
+        trip = self.guard.observe(result.content, result.reasoning, result.finish_reason)
+        if trip is not None:
+            self.guard_tripped = True
+            self._stop(trip.message() + f" -- stopped after {self.done} rows; the rows so far are kept")
+
+    def _stop(self, reason: str) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        self.stop_reason = reason
+        for task in list(self.inflight):
+            task.cancel()
+        self.wake.set()
+
+    # --- main loop ------------------------------------------------------------------------------
+
+    async def _wait(self, timeout: float = 1.0) -> None:
+        try:
+            await asyncio.wait_for(self.wake.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        self.wake.clear()
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            self.progress.extra["endpoints up"] = f"{self.dispatcher.healthy_count}/{len(self.dispatcher.endpoints)}"
+            if self.guard.seen:
+                shares = self.guard.shares()
+                self.progress.extra["empty answer"] = f"{shares['empty_answer']:.0%}"
+                self.progress.extra["length"] = f"{shares['length']:.0%}"
+            self.progress.tick()
+
+    async def run(self, samples: list[PromptSample]) -> None:
+        self.ready.extend(samples)
+        self.unresolved.update(sample.id for sample in samples)
+        self.dispatcher.start()
+        ticker = asyncio.get_running_loop().create_task(self._ticker())
+        try:
+            while not self.stopping:
+                if not self.ready:
+                    if not self.inflight and self.timers == 0:
+                        break
+                    await self._wait()
+                    continue
+                endpoint = self.dispatcher.pick()
+                if endpoint is None:
+                    since = self.dispatcher.all_down_since()
+                    if since is not None and time.monotonic() - since > self.config.endpoint_wait_s:
+                        reasons = "; ".join(f"{e.url}: {e.last_error}" for e in self.dispatcher.endpoints)
+                        self._stop(f"no endpoint healthy for {self.config.endpoint_wait_s:g}s ({reasons})")
+                        break
+                    await self._wait()
+                    continue
+                self._launch(self.ready.popleft(), endpoint)
+        except asyncio.CancelledError:
+            self._stop("interrupted")
+            raise
+        finally:
+            self.stopping = True
+            for task in list(self.inflight):
+                task.cancel()
+            if self.inflight:
+                await asyncio.gather(*self.inflight, return_exceptions=True)
+            ticker.cancel()
+            await self.dispatcher.stop()
+
+
+def _order(samples: list[PromptSample], order: str) -> list[PromptSample]:
+    if order == "longest-first":
+        return sorted(samples, key=lambda s: -s.prompt_chars)
+    if order == "prefix":
+        return sorted(samples, key=lambda s: s.prefix_key())
+    return samples
+
+
+async def _wait_for_endpoints(dispatcher: Dispatcher, wait_s: float, log) -> None:
+    deadline = time.monotonic() + wait_s
+    last_log = 0.0
+    while True:
+        await dispatcher.check_all()
+        if dispatcher.healthy_count:
+            return
+        now = time.monotonic()
+        reasons = "; ".join(f"{e.url}: {e.last_error}" for e in dispatcher.endpoints)
+        if now >= deadline:
+            raise DraftsmithError(f"no endpoint became healthy within {wait_s:g}s ({reasons})")
+        if now - last_log > 10:
+            log(f"waiting for an endpoint to become healthy ({reasons})")
+            last_log = now
+        await asyncio.sleep(min(1.0, max(0.05, deadline - now)))
+
+
+async def _discover_model(client: ChatClient, dispatcher: Dispatcher) -> str:
+    for endpoint in dispatcher.endpoints:
+        if not endpoint.healthy:
+            continue
+        try:
+            status, body = await client.get_json(endpoint.url + "/v1/models")
+        except EndpointConnectionError:
+            continue
+        if status == 200 and isinstance(body, dict) and body.get("data"):
+            return str(body["data"][0]["id"])
+    raise DraftsmithError("could not read a model name from /v1/models; pass --model NAME")
+
+
+async def agenerate(config: GenerateConfig, log: Callable[[str], None] | None = None) -> GenerateSummary:
+    """Run generation (async). Returns the summary; raises ``InputError`` for bad input.
+
+    A tripped quality guard does not raise here: ``summary.guard_tripped`` and
+    ``summary.stopped_reason`` say what happened (the CLI turns it into exit code 3).
+    """
+    config.validate()
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if log is None:
+        def log(message: str) -> None:
+            console.print(f"[dim]draftsmith generate:[/] {message}", highlight=False)
+
+    started = time.monotonic()
+    samples, duplicate_ids = load_prompts(config.inputs)
+    count = config.shard_count
+    if count > 1:
+        samples = [s for s in samples if shard_of(s.id, count) == config.shard_index]
+        duplicate_ids = [i for i in duplicate_ids if shard_of(i, count) == config.shard_index]
+    store = OutputStore(config.output_dir, config.shard_index, count, config.fsync_interval_s, log=log)
+    done_ids = store.scan()
+    previous_failures = store.previous_failures()
+    already_done = [s for s in samples if s.id in done_ids]
+    todo = [s for s in samples if s.id not in done_ids]
+    skipped_failed = 0
+    if not config.retry_failed:
+        before = len(todo)
+        todo = [s for s in todo if s.id not in previous_failures]
+        skipped_failed = before - len(todo)
+    todo = _order(todo, config.order)
+    beyond_limit = 0
+    if config.limit is not None and len(todo) > config.limit:
+        beyond_limit = len(todo) - config.limit
+        todo = todo[: config.limit]
+    total_input = len(samples) + len(duplicate_ids)
+    if already_done:
+        log(f"resuming: {len(already_done):,} of {len(samples):,} samples already generated in {store.directory}")
+
+    summary = GenerateSummary(
+        input=total_input, done=0, failed=0,
+        skipped=len(already_done) + len(duplicate_ids) + skipped_failed,
+        remaining=len(todo) + beyond_limit, already_done=len(already_done), duplicates=len(duplicate_ids),
+        skipped_failed=skipped_failed, output_dir=str(store.directory), model=config.model,
+        failures_file=str(store.directory / f"failures-{store.tag}.jsonl"),
+    )
+    if not todo:
+        store.write_summary(summary.to_dict())
+        return summary
+
+    guard_config = config.guard
+    if config.chat_template_kwargs.get("enable_thinking") is False and guard_config.expect_reasoning:
+        guard_config = GuardConfig(**{**asdict(guard_config), "expect_reasoning": False})
+    guard = QualityGuard(guard_config)
+    progress = RunProgress(len(todo), enabled=config.progress, console=console)
+    connections = config.concurrency * len(config.endpoints) + 8
+    api_key = config.api_key or os.environ.get("OPENAI_API_KEY")
+    async with ChatClient(connections=connections, timeout_s=config.request_timeout_s, api_key=api_key) as client:
+        probe = Dispatcher(config.endpoints, config.concurrency, client, log=log)
+        await _wait_for_endpoints(probe, config.endpoint_wait_s, log)
+        model = config.model or await _discover_model(client, probe)
+        run = _Run(config, client, store, model, progress, guard, log)
+        for fresh, checked in zip(run.dispatcher.endpoints, probe.endpoints):
+            fresh.healthy, fresh.last_error = checked.healthy, checked.last_error
+            fresh.down_since = None if checked.healthy else time.monotonic()
+        store.open()
+        try:
+            with progress:
+                await run.run(todo)
+        finally:
+            store.close()
+            elapsed = time.monotonic() - started
+            summary.done = run.done
+            summary.failed = run.failed
+            summary.remaining = len(run.unresolved) + beyond_limit
+            summary.retries = run.retries
+            summary.requeued = run.requeued
+            summary.output_tokens = run.output_tokens
+            summary.elapsed_s = round(elapsed, 3)
+            summary.output_tokens_per_s = round(run.output_tokens / elapsed, 2) if elapsed > 0 else 0.0
+            summary.stopped_reason = run.stop_reason
+            summary.guard_tripped = run.guard_tripped
+            summary.model = model
+            summary.rows_file = str(store.rows_path) if store.rows_path and store.rows_path.exists() else None
+            summary.endpoints = [
+                {"url": e.url, "healthy": e.healthy, "completed": e.completed, "errors": e.failed,
+                 "last_error": e.last_error}
+                for e in run.dispatcher.endpoints
+            ]
+            store.write_summary(summary.to_dict())
+    return summary
+
+
+def generate(config: GenerateConfig, log: Callable[[str], None] | None = None) -> GenerateSummary:
+    """Run generation to completion and return its summary (blocking).
+
+    Works inside Jupyter too: with an event loop already running, the run gets its own loop in a
+    worker thread.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(agenerate(config, log))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, agenerate(config, log)).result()

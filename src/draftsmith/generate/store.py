@@ -1,0 +1,191 @@
+"""Append-only output shards, the resume index and the failures file.
+
+Layout of an output directory (several ``--shard i/N`` runs may share it):
+
+* ``generated-s{i}of{N}-{k:05d}.jsonl``: generated rows (contract 1). Every run appends to a *new*
+  part ``k``; a row is written with one ``write`` call only once its sample is complete, flushed to
+  the OS at once (a killed process loses nothing written) and ``fsync``'d at least every
+  ``fsync_interval_s`` and at close (bounds what a power cut can lose).
+* ``failures-s{i}of{N}.jsonl``: ``{"id", "reason", "attempts", "endpoint", "time"}`` per sample that
+  failed permanently, appended; a later successful run supersedes it (generated rows win).
+* ``summary-s{i}of{N}.json``: the last run's ``GenerateSummary`` (written atomically).
+
+Resume scans every ``generated-*.jsonl`` in the directory (all shards), so no sample is generated
+twice. A torn last line (a crash mid-write) is not a complete row: it is cut off the file (only
+those bytes) and its sample is generated again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from draftsmith.errors import InputError
+
+ROW_GLOB = "generated-*.jsonl"
+
+
+def shard_tag(index: int, count: int) -> str:
+    return f"s{index}of{count}"
+
+
+def _truncate_torn_tail(path: Path, log) -> None:
+    """Cut an incomplete final line (no trailing newline) off ``path``."""
+    size = path.stat().st_size
+    if size == 0:
+        return
+    with path.open("rb+") as handle:
+        handle.seek(-1, os.SEEK_END)
+        if handle.read(1) == b"\n":
+            return
+        # Find the last newline; everything after it is the torn row.
+        position = size
+        chunk = 65536
+        cut = 0
+        while position > 0:
+            start = max(0, position - chunk)
+            handle.seek(start)
+            block = handle.read(position - start)
+            index = block.rfind(b"\n")
+            if index >= 0:
+                cut = start + index + 1
+                break
+            position = start
+        handle.truncate(cut)
+        handle.flush()
+        os.fsync(handle.fileno())
+    log(f"{path}: removed a torn last line ({size - cut} bytes) left by an interrupted run")
+
+
+def scan_done_ids(directory: Path, log=lambda message: None) -> set[str]:
+    """Ids of every complete generated row in ``directory`` (repairing torn tails first)."""
+    done: set[str] = set()
+    if not directory.exists():
+        return done
+    for path in sorted(directory.glob(ROW_GLOB)):
+        _truncate_torn_tail(path, log)
+        with path.open("r", encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    done.add(str(row["id"]))
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    raise InputError(
+                        f"{path}:{number}: not a generated row (bad JSON or no 'id'); move the file away to continue"
+                    ) from None
+    return done
+
+
+def read_failures(directory: Path, tag: str) -> dict[str, str]:
+    """``id -> last reason`` from the shard's failures file (ignores a torn last line)."""
+    path = directory / f"failures-{tag}.jsonl"
+    failures: dict[str, str] = {}
+    if not path.exists():
+        return failures
+    with path.open("r", encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                row = json.loads(line)
+                failures[str(row["id"])] = str(row.get("reason"))
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
+    return failures
+
+
+class OutputStore:
+    """Writes generated rows and failures for one shard; drops a second row for the same id."""
+
+    def __init__(self, directory: str | Path, shard_index: int = 0, shard_count: int = 1,
+                 fsync_interval_s: float = 1.0, log=lambda message: None):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.tag = shard_tag(shard_index, shard_count)
+        self.fsync_interval_s = fsync_interval_s
+        self.log = log
+        self.written: set[str] = set()
+        self.rows_path: Path | None = None
+        self._rows: TextIO | None = None
+        self._failures: TextIO | None = None
+        self._last_sync = time.monotonic()
+        self.rows_written = 0
+        self.failures_written = 0
+
+    def scan(self) -> set[str]:
+        """Complete rows already in the directory (any shard); also seeds the duplicate filter."""
+        done = scan_done_ids(self.directory, self.log)
+        self.written |= done
+        return done
+
+    def previous_failures(self) -> dict[str, str]:
+        return read_failures(self.directory, self.tag)
+
+    def _next_part(self) -> Path:
+        pattern = re.compile(rf"generated-{re.escape(self.tag)}-(\d+)\.jsonl$")
+        parts = [int(m.group(1)) for p in self.directory.iterdir() if (m := pattern.match(p.name))]
+        return self.directory / f"generated-{self.tag}-{max(parts, default=-1) + 1:05d}.jsonl"
+
+    def open(self) -> None:
+        if self._rows is None:
+            self.rows_path = self._next_part()
+            # "x": never reuse a part another process might be writing.
+            self._rows = self.rows_path.open("x", encoding="utf-8")
+
+    def write_row(self, row: dict[str, Any]) -> bool:
+        """Append one complete row; False (nothing written) when its id was already written."""
+        sample_id = row["id"]
+        if sample_id in self.written:
+            return False
+        if self._rows is None:
+            self.open()
+        assert self._rows is not None
+        self._rows.write(json.dumps(row, ensure_ascii=False) + "\n")
+        self._rows.flush()
+        self.written.add(sample_id)
+        self.rows_written += 1
+        self._maybe_sync()
+        return True
+
+    def write_failure(self, sample_id: str, reason: str, attempts: int, endpoint: str | None) -> None:
+        if self._failures is None:
+            self._failures = (self.directory / f"failures-{self.tag}.jsonl").open("a", encoding="utf-8")
+        record = {"id": sample_id, "reason": reason, "attempts": attempts, "endpoint": endpoint,
+                  "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        self._failures.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._failures.flush()
+        self.failures_written += 1
+        self._maybe_sync()
+
+    def _maybe_sync(self) -> None:
+        now = time.monotonic()
+        if now - self._last_sync >= self.fsync_interval_s:
+            self.sync()
+            self._last_sync = now
+
+    def sync(self) -> None:
+        for handle in (self._rows, self._failures):
+            if handle is not None:
+                handle.flush()
+                os.fsync(handle.fileno())
+
+    def write_summary(self, summary: dict[str, Any]) -> Path:
+        path = self.directory / f"summary-{self.tag}.json"
+        temporary = path.with_suffix(".json.tmp")
+        temporary.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        os.replace(temporary, path)
+        return path
+
+    def close(self) -> None:
+        self.sync()
+        for handle in (self._rows, self._failures):
+            if handle is not None:
+                handle.close()
+        # An empty part (a run that wrote nothing) is noise for readers.
+        if self.rows_path is not None and self.rows_path.exists() and self.rows_path.stat().st_size == 0:
+            self.rows_path.unlink()
+        self._rows = self._failures = None
