@@ -68,20 +68,33 @@ def complete_rows(output: Path) -> list[dict]:
     return rows
 
 
-def assert_row_is_a_real_thinking_completion(row: dict, engine) -> None:
+def assert_row_captures_the_completion(row: dict, engine, tokenizer) -> None:
+    """One generated row holds the engine's whole thinking completion, split and accounted."""
     answer = row["messages"][-1]
     assert answer["role"] == "assistant"
+    assert isinstance(answer["content"], str) and isinstance(answer["reasoning_content"], str)
+    # The tiny target always reasons when thinking is on (its answers may be empty now and then).
     assert answer["reasoning_content"].strip(), row
-    assert answer["content"].strip(), row
     assert "think>" not in answer["content"] and "think>" not in answer["reasoning_content"]
     assert row["finish_reason"] == "stop"
     assert row["prompt_tokens"] > 0 and row["completion_tokens"] > 0
     assert row["model"] == engine.model_name
     assert str(engine.port) in row["endpoint"]
+    assert row["latency_s"] > 0
     if engine.kind == "vllm":
         assert 0 < row["reasoning_tokens"] < row["completion_tokens"]
-        assert len(row["completion_token_ids"]) == row["completion_tokens"]
         assert len(row["prompt_token_ids"]) == row["prompt_tokens"]
+        assert len(row["completion_token_ids"]) == row["completion_tokens"]
+        # The token ids are the very completion whose text was split into reasoning and answer.
+        decoded = tokenizer.decode(row["completion_token_ids"], skip_special_tokens=False)
+        expected = f"<think>{answer['reasoning_content']}</think>{answer['content']}<|im_end|>"
+        # generate trims the whitespace around each part; everything else must match.
+        assert "".join(decoded.split()) == "".join(expected.split()), (decoded, expected)
+
+
+def assert_mostly_answered(rows: list[dict]) -> None:
+    answered = sum(1 for row in rows if row["messages"][-1]["content"].strip())
+    assert answered >= 0.8 * len(rows), f"only {answered}/{len(rows)} rows have an answer"
 
 
 def assert_exactly_once(rows: list[dict], ids: list[str]) -> None:
@@ -105,16 +118,10 @@ def test_generate_writes_a_complete_row_per_prompt(engine, tmp_path, stream, tin
     assert summary["failed"] == summary["remaining"] == 0
     rows = complete_rows(output)
     assert_exactly_once(rows, ids)
-    by_id = {row["id"]: row for row in rows}
-    for sample_id in ids:
-        assert_row_is_a_real_thinking_completion(by_id[sample_id], engine)
+    for row in rows:
+        assert_row_captures_the_completion(row, engine, tiny_tokenizer)
+    assert_mostly_answered(rows)
     assert summary["output_tokens"] == sum(row["completion_tokens"] for row in rows)
-    if engine.kind == "vllm":
-        # The training row can be exactly what the engine saw and produced.
-        row = by_id[ids[0]]
-        answer = row["messages"][-1]
-        decoded = tiny_tokenizer.decode(row["completion_token_ids"], skip_special_tokens=False)
-        assert answer["reasoning_content"].strip() in decoded and answer["content"].strip() in decoded
 
 
 def _wait_for_rows(output: Path, at_least: int, process: subprocess.Popen, timeout: float = 120) -> int:
@@ -130,21 +137,22 @@ def _wait_for_rows(output: Path, at_least: int, process: subprocess.Popen, timeo
     raise AssertionError(f"fewer than {at_least} rows after {timeout} s")
 
 
-# Enough samples that a run lasts several seconds on 2 cores, so the kill lands mid-run.
-KILL_TEST_SAMPLES = 240
+# Enough samples that the kill (after KILL_AFTER_ROWS rows) lands mid-run even on an idle machine.
+KILL_TEST_SAMPLES = 120
+KILL_AFTER_ROWS = 10
 
 
-def test_engine_killed_mid_run_and_restarted_the_run_finishes_with_every_sample_once(engine, tmp_path):
+def test_engine_killed_mid_run_and_restarted_the_run_finishes_with_every_sample_once(engine, tmp_path, tiny_tokenizer):
     prompts = tmp_path / "prompts.jsonl"
     ids = write_prompts(prompts, KILL_TEST_SAMPLES, seed=11)
     output = tmp_path / "out"
     process = subprocess.Popen(
-        generate_argv(prompts, output, engine, "--concurrency", "4", "--health-interval", "0.5",
+        generate_argv(prompts, output, engine, "--concurrency", "8", "--health-interval", "0.5",
                       "--endpoint-wait", "240", "--max-retries", "20"),
         env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        _wait_for_rows(output, 20, process)
+        _wait_for_rows(output, KILL_AFTER_ROWS, process)
         engine.kill()
         rows_at_kill = len(complete_rows(output))
         assert rows_at_kill < KILL_TEST_SAMPLES, "the run finished before the engine was killed"
@@ -159,21 +167,24 @@ def test_engine_killed_mid_run_and_restarted_the_run_finishes_with_every_sample_
     rows = complete_rows(output)
     assert_exactly_once(rows, ids)
     for row in rows:
-        assert_row_is_a_real_thinking_completion(row, engine)
+        assert_row_captures_the_completion(row, engine, tiny_tokenizer)
+    assert_mostly_answered(rows)
     assert summary["done"] == KILL_TEST_SAMPLES == summary["input"]
+    # The client saw the engine go away (requests in flight at the kill were retried or requeued).
+    assert summary["retries"] + summary["requeued"] > 0, summary
     assert summary["done"] + summary["failed"] + summary["skipped"] + summary["remaining"] == summary["input"]
 
 
-def test_engine_and_client_crash_then_rerun_resumes_without_loss_or_duplicates(engine, tmp_path):
+def test_engine_and_client_crash_then_rerun_resumes_without_loss_or_duplicates(engine, tmp_path, tiny_tokenizer):
     prompts = tmp_path / "prompts.jsonl"
     ids = write_prompts(prompts, KILL_TEST_SAMPLES, seed=13)
     output = tmp_path / "out"
     process = subprocess.Popen(
-        generate_argv(prompts, output, engine, "--concurrency", "4"),
+        generate_argv(prompts, output, engine, "--concurrency", "8"),
         env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        _wait_for_rows(output, 20, process)
+        _wait_for_rows(output, KILL_AFTER_ROWS, process)
         # The whole node goes down: engine and client die at once, nothing is shut down cleanly.
         engine.kill()
         process.send_signal(signal.SIGKILL)
@@ -182,16 +193,17 @@ def test_engine_and_client_crash_then_rerun_resumes_without_loss_or_duplicates(e
         if process.poll() is None:
             process.kill()
     survived = complete_rows(output)
-    assert 20 <= len(survived) < KILL_TEST_SAMPLES
+    assert KILL_AFTER_ROWS <= len(survived) < KILL_TEST_SAMPLES
     assert len({row["id"] for row in survived}) == len(survived)
 
     engine.start()
-    result, summary = run_generate(prompts, output, engine, "--concurrency", "4")
+    result, summary = run_generate(prompts, output, engine, "--concurrency", "8")
     assert result.returncode == 0, result.stderr[-3000:]
     rows = complete_rows(output)
     assert_exactly_once(rows, ids)
     for row in rows:
-        assert_row_is_a_real_thinking_completion(row, engine)
+        assert_row_captures_the_completion(row, engine, tiny_tokenizer)
+    assert_mostly_answered(rows)
     assert summary["input"] == KILL_TEST_SAMPLES
     assert summary["already_done"] == len(survived)
     assert summary["done"] == KILL_TEST_SAMPLES - len(survived)
