@@ -7,6 +7,7 @@ these tests skip locally with the command to run; in CI (`CI=true`) or with
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from draftsmith.engines import (
 )
 
 ENGINES = ("vllm", "llama-server")
+_extra_server_numbers = itertools.count()
 
 
 def engines_required() -> bool:
@@ -120,7 +122,7 @@ def make_llama_server(tiny_gguf, engine_log_dir):
     def make(gguf: Path | None = None, **options) -> EngineServer:
         try:
             server = llama_server(
-                gguf or tiny_gguf, log_path=engine_log_dir / f"llama-extra-{len(servers)}.log", **options
+                gguf or tiny_gguf, log_path=engine_log_dir / f"llama-extra-{next(_extra_server_numbers)}.log", **options
             )
         except EngineNotInstalled as error:
             engine_unavailable(str(error))
