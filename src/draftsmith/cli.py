@@ -41,11 +41,18 @@ from draftsmith.generate.cli import register as _register_generate  # noqa: E402
 
 _register_generate(app)
 
+from draftsmith.bench.cli import register as _register_bench  # noqa: E402
+
+_register_bench(app)
+
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for the console script; returns the process exit code."""
     try:
-        app(args=argv, standalone_mode=False)
+        # With standalone_mode=False click returns a command's `typer.Exit(code)` instead of raising.
+        result = app(args=argv, standalone_mode=False)
+        if isinstance(result, int) and not isinstance(result, bool):
+            return result
     except DraftsmithError as error:
         typer.echo(f"draftsmith: error: {error}", err=True)
         return error.exit_code

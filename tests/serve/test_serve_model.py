@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 
 import httpx
@@ -22,10 +23,15 @@ def model_server(tiny_target_dir):
         yield server
 
 
-def reference_greedy(model_dir, tokenizer, messages, max_tokens, **template_kwargs):
+@functools.lru_cache(maxsize=1)
+def load_reference(model_dir):
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+def reference_greedy(model_dir, tokenizer, messages, max_tokens, **template_kwargs):
+    model = load_reference(str(model_dir))
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **template_kwargs)
     prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
     with torch.inference_mode():

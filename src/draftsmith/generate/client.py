@@ -122,6 +122,21 @@ def normalize_base_url(url: str) -> str:
     return url
 
 
+async def _sse_lines(response: aiohttp.ClientResponse):
+    """Lines of an SSE body, of any length (aiohttp's line iterator stops at 64 KiB, and a first
+    chunk carrying a long prompt's ``prompt_token_ids`` is longer)."""
+    buffer = b""
+    async for block in response.content.iter_any():
+        buffer += block
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            line = line.strip()
+            if line:
+                yield line
+    if buffer.strip():
+        yield buffer.strip()
+
+
 class ChatClient:
     """A pooled async client for OpenAI-compatible servers.
 
@@ -200,10 +215,10 @@ class ChatClient:
                 if payload.get("stream"):
                     return await self._read_stream(response, start)
                 raw = await response.read()
+        except asyncio.TimeoutError:  # before ClientConnectionError: aiohttp's ServerTimeoutError is both
+            raise RequestTimeout(f"{base_url}: no complete answer within {self.timeout_s:g}s") from None
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError) as error:
             raise EndpointConnectionError(f"{base_url}: {type(error).__name__}: {error}") from None
-        except asyncio.TimeoutError:
-            raise RequestTimeout(f"{base_url}: no complete answer within {self.timeout_s:g}s") from None
         try:
             body = json.loads(raw)
         except json.JSONDecodeError:
@@ -219,8 +234,7 @@ class ChatClient:
         usage = None
         model = None
         ttft = None
-        async for raw_line in response.content:
-            line = raw_line.strip()
+        async for line in _sse_lines(response):
             if not line.startswith(b"data:"):
                 continue
             data = line[5:].strip()

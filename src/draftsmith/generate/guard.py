@@ -64,6 +64,7 @@ class QualityGuard:
         self.empty_answer = self.empty_reasoning = self.length = 0
         self.seen = 0
         self.trip: GuardTrip | None = None
+        self._check_every = max(1, min(10, size // 20))
 
     def observe(self, answer: str, reasoning: str, finish_reason: str | None) -> GuardTrip | None:
         """Record one completed row; returns the trip (once) when a threshold is crossed."""
@@ -82,7 +83,9 @@ class QualityGuard:
         self.length += entry[3]
         self.answers[entry[2]] += 1
         self.seen += 1
-        if self.trip is None and self.config.enabled and self.seen >= self.config.min_samples:
+        # Checking costs O(window) (the most common answer); every few rows is soon enough.
+        due = self.seen == self.config.min_samples or self.seen % self._check_every == 0
+        if self.trip is None and self.config.enabled and self.seen >= self.config.min_samples and due:
             self.trip = self._check()
             return self.trip
         return None

@@ -13,7 +13,6 @@ Python API (also usable from a notebook, where an event loop is already running)
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import os
 import random
 import time
@@ -33,6 +32,7 @@ from draftsmith.generate.client import (
 )
 from draftsmith.generate.dispatch import Dispatcher, Endpoint
 from draftsmith.generate.guard import GuardConfig, QualityGuard
+from draftsmith.generate.loop import run_async
 from draftsmith.generate.inputs import PromptSample, load_prompts, shard_of
 from draftsmith.generate.progress import RunProgress
 from draftsmith.generate.store import OutputStore
@@ -220,6 +220,17 @@ class _Run:
             log=log,
         )
         self._base_payload = self._make_base_payload()
+        self._flush_pending = False
+        store.flush_soon = self._flush_soon
+
+    def _flush_soon(self) -> None:
+        if not self._flush_pending:
+            self._flush_pending = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_pending = False
+        self.store.flush()
 
     # --- requests -----------------------------------------------------------------------------
 
@@ -580,9 +591,4 @@ def generate(config: GenerateConfig, log: Callable[[str], None] | None = None) -
     Works inside Jupyter too: with an event loop already running, the run gets its own loop in a
     worker thread.
     """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(agenerate(config, log))
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, agenerate(config, log)).result()
+    return run_async(agenerate(config, log))

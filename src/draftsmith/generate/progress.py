@@ -16,7 +16,8 @@ import time
 from collections import deque
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group
+from rich.progress_bar import ProgressBar
 from rich.live import Live
 from rich.text import Text
 
@@ -93,8 +94,9 @@ class RunProgress:
         parts += [f"{key} {value}" for key, value in self.extra.items()]
         return " | ".join(parts)
 
-    def _render(self) -> Text:
-        return Text(self.line())
+    def _render(self):
+        bar = ProgressBar(total=max(1, self.total), completed=self.done + self.failed, width=50)
+        return Group(bar, Text(self.line()))
 
     def __enter__(self) -> RunProgress:
         if self.interactive:

@@ -3,9 +3,10 @@
 Layout of an output directory (several ``--shard i/N`` runs may share it):
 
 * ``generated-s{i}of{N}-{k:05d}.jsonl``: generated rows (contract 1). Every run appends to a *new*
-  part ``k``; a row is written with one ``write`` call only once its sample is complete, flushed to
-  the OS at once (a killed process loses nothing written) and ``fsync``'d at least every
-  ``fsync_interval_s`` and at close (bounds what a power cut can lose).
+  part ``k``; a row is written only once its sample is complete, handed to the OS at once (or, in
+  the pipeline, at the end of the event-loop iteration that completed it) and ``fsync``'d at least
+  every ``fsync_interval_s`` and at close (bounds what a power cut can lose). A row lost that way
+  was never on disk, so resume simply generates it again: nothing is duplicated.
 * ``failures-s{i}of{N}.jsonl``: ``{"id", "reason", "attempts", "endpoint", "time"}`` per sample that
   failed permanently, appended; a later successful run supersedes it (generated rows win).
 * ``summary-s{i}of{N}.json``: the last run's ``GenerateSummary`` (written atomically).
@@ -27,6 +28,7 @@ from typing import Any, TextIO
 from draftsmith.errors import InputError
 
 ROW_GLOB = "generated-*.jsonl"
+_ID_PREFIX = re.compile(r'\{"id": ("(?:[^"\\]|\\.)*"),')
 
 
 def shard_tag(index: int, count: int) -> str:
@@ -72,6 +74,11 @@ def scan_done_ids(directory: Path, log=lambda message: None) -> set[str]:
             for number, line in enumerate(handle, 1):
                 if not line.strip():
                     continue
+                # Rows written here start with their id: read it without parsing a long row.
+                fast = _ID_PREFIX.match(line)
+                if fast is not None and line.rstrip().endswith("}"):
+                    done.add(json.loads(fast.group(1)))
+                    continue
                 try:
                     row = json.loads(line)
                     done.add(str(row["id"]))
@@ -114,6 +121,9 @@ class OutputStore:
         self._failures: TextIO | None = None
         self._last_sync = time.monotonic()
         self.rows_written = 0
+        self.flush_soon = None
+        """Optional callable that schedules ``flush()`` shortly (an event loop coalescing the flushes
+        of the rows finished in one loop iteration into one syscall); None: flush every row at once."""
         self.failures_written = 0
 
     def scan(self) -> set[str]:
@@ -145,7 +155,10 @@ class OutputStore:
             self.open()
         assert self._rows is not None
         self._rows.write(json.dumps(row, ensure_ascii=False) + "\n")
-        self._rows.flush()
+        if self.flush_soon is None:
+            self._rows.flush()
+        else:
+            self.flush_soon()
         self.written.add(sample_id)
         self.rows_written += 1
         self._maybe_sync()
@@ -160,6 +173,11 @@ class OutputStore:
         self._failures.flush()
         self.failures_written += 1
         self._maybe_sync()
+
+    def flush(self) -> None:
+        """Hand buffered rows to the OS (a killed process then loses nothing)."""
+        if self._rows is not None:
+            self._rows.flush()
 
     def _maybe_sync(self) -> None:
         now = time.monotonic()

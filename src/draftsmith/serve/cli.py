@@ -33,6 +33,7 @@ def register(app: typer.Typer) -> None:
         die_after: int = typer.Option(0, min=0, help="Fault injection: hard-exit when this many requests have arrived."),
         unhealthy: bool = typer.Option(False, help="Fault injection: /health answers 503."),
         seed: int = typer.Option(0, help="Seed of the fault-injection RNG."),
+        workers: int = typer.Option(1, min=1, help="Echo backend only: pre-forked processes sharing the port."),
     ) -> None:
         """Serve an OpenAI-compatible API (chat completions, /health, /v1/models) on HOST:PORT.
 
@@ -78,4 +79,6 @@ def register(app: typer.Typer) -> None:
                 seed=seed,
             ),
         )
-        run_server(config)
+        if workers > 1 and chosen != "echo":
+            raise InputError("--workers > 1 is only for the echo backend")
+        run_server(config, workers=workers)

@@ -35,6 +35,7 @@ class ServeProcess:
         self.startup_timeout_s = startup_timeout_s
         self.env = env
         self.process: subprocess.Popen | None = None
+        self._group_alive = False
         self.url: str | None = None
         self._log = tempfile.NamedTemporaryFile(prefix="draftsmith-serve-", suffix=".log", delete=False)
         self.log_path = Path(self._log.name)
@@ -56,8 +57,10 @@ class ServeProcess:
             raise RuntimeError("server already running")
         command = [sys.executable, "-m", "draftsmith", "serve", "--host", self.host, "--port", str(self.port), *self.args]
         self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=self._log, text=True, env=self._environment()
+            command, stdout=subprocess.PIPE, stderr=self._log, text=True, env=self._environment(),
+            start_new_session=True,  # its own process group: kill() also reaches pre-forked workers
         )
+        self._group_alive = True
         lines: queue.Queue[str | None] = queue.Queue()
 
         def pump(stream) -> None:
@@ -80,7 +83,7 @@ class ServeProcess:
                 self.process.wait()
                 raise RuntimeError(f"draftsmith serve exited with {self.process.returncode}: {self.log_tail()}")
             if line.startswith(READY_PREFIX):
-                self.url = line[len(READY_PREFIX):].strip()
+                self.url = line[len(READY_PREFIX):].split()[0]
                 self.port = int(self.url.rsplit(":", 1)[1])
                 return self
 
@@ -94,9 +97,12 @@ class ServeProcess:
 
     def kill(self) -> None:
         """SIGKILL (a crash: no graceful shutdown, in-flight connections reset)."""
-        if self.running:
-            assert self.process is not None
-            self.process.kill()
+        if self.process is not None and self._group_alive:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._group_alive = False
             self.process.wait(timeout=30)
 
     def stop(self) -> None:
@@ -106,8 +112,8 @@ class ServeProcess:
             try:
                 self.process.wait(timeout=15)
             except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=15)
+                pass
+        self.kill()  # whatever is left of its process group
 
     def restart(self, args: list[str] | None = None) -> ServeProcess:
         self.kill()

@@ -35,6 +35,7 @@ from typing import Any
 
 from aiohttp import web
 
+from draftsmith.generate.loop import run_async
 from draftsmith.generate.reasoning import split_think as split_reasoning
 
 REASONING_FIELDS = ("reasoning_content", "reasoning", "inline")
@@ -661,29 +662,84 @@ def build_app(config: ServeConfig) -> web.Application:
     return app
 
 
-def run_server(config: ServeConfig, ready_message: bool = True) -> None:
-    """Serve until interrupted. Prints ``draftsmith serve: listening on http://HOST:PORT`` on
-    stdout once the socket is bound (``port=0`` picks a free port; tests read it from that line)."""
-
-    async def main() -> None:
-        app = build_app(config)
-        runner = web.AppRunner(app, access_log=None, handle_signals=True)
-        await runner.setup()
+async def _serve(config: ServeConfig, sock=None, ready_message: bool = True) -> None:
+    app = build_app(config)
+    runner = web.AppRunner(app, access_log=None, handle_signals=True)
+    await runner.setup()
+    if sock is not None:
+        site: web.BaseSite = web.SockSite(runner, sock)
+    else:
         site = web.TCPSite(runner, config.host, config.port, backlog=1024, reuse_address=True)
-        await site.start()
-        port = config.port
-        server = getattr(site, "_server", None)
-        if server is not None and server.sockets:
-            port = server.sockets[0].getsockname()[1]
-        if ready_message:
-            print(f"draftsmith serve: listening on http://{config.host}:{port}", flush=True)
-        stop = asyncio.Event()
-        try:
-            await stop.wait()
-        finally:
-            await runner.cleanup()
-
+    await site.start()
+    port = config.port
+    server = getattr(site, "_server", None)
+    if server is not None and server.sockets:
+        port = server.sockets[0].getsockname()[1]
+    if ready_message:
+        print(f"draftsmith serve: listening on http://{config.host}:{port}", flush=True)
     try:
-        asyncio.run(main())
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def _run_workers(config: ServeConfig, workers: int) -> None:
+    """Pre-fork ``workers`` echo processes sharing one listening socket (the kernel spreads
+    connections), so a client benchmark is not limited by one server process's CPU."""
+    import signal
+    import socket
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((config.host, config.port))
+    sock.listen(2048)
+    port = sock.getsockname()[1]
+    children = []
+    for _ in range(workers):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                run_async(_serve(config, sock=sock, ready_message=False))
+            except (KeyboardInterrupt, SystemExit):
+                pass
+            finally:
+                os._exit(0)
+        children.append(pid)
+    print(f"draftsmith serve: listening on http://{config.host}:{port} ({workers} workers)", flush=True)
+
+    def stop(signum, frame) -> None:
+        for child in children:
+            try:
+                os.kill(child, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    # One worker dying (e.g. --die-after) takes the whole server down, like a crashed engine.
+    _, status = os.wait()
+    for child in children:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    os._exit(os.waitstatus_to_exitcode(status) if status else 1)
+
+
+def run_server(config: ServeConfig, workers: int = 1) -> None:
+    """Serve until interrupted. Prints ``draftsmith serve: listening on http://HOST:PORT`` on
+    stdout once the socket is bound (``port=0`` picks a free port; tests read it from that line).
+
+    ``workers > 1`` (echo backend only) pre-forks processes sharing the socket; fault-injection
+    counters are then per worker.
+    """
+    if workers > 1:
+        if config.backend != "echo":
+            raise ValueError("--workers > 1 is only for the echo backend (the model backend batches in one process)")
+        _run_workers(config, workers)
+        return
+    try:
+        run_async(_serve(config))
     except KeyboardInterrupt:
         pass

@@ -1,0 +1,245 @@
+"""Concurrency sweep of ONE endpoint with real prompts, and knee detection (contract 3).
+
+At each concurrency level ``c``, ``c`` closed-loop workers send prompts from the dataset (cycled,
+in a seeded shuffled order) until the level's request count is done; after an unmeasured warm-up
+of ``c`` requests. Output tokens come from ``usage.completion_tokens`` (else the returned token
+ids). TTFT is measured when streaming.
+
+The knee is the smallest concurrency whose output tok/s reaches ``1 - knee_tolerance`` of the
+best level's: more concurrency beyond it buys latency, not throughput. ``plan`` reads
+``knee.output_tokens_per_s`` as the per-GPU throughput.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from draftsmith.errors import DraftsmithError, InputError
+from draftsmith.generate.client import ChatClient, ClientError, EndpointConnectionError, normalize_base_url
+from draftsmith.generate.inputs import load_prompts
+from draftsmith.generate.loop import run_async
+
+DEFAULT_CONCURRENCIES = (1, 8, 16, 32, 48, 64)
+
+
+@dataclass
+class BenchConfig:
+    endpoint: str
+    prompts: list[str | Path] | str | Path
+    concurrencies: tuple[int, ...] = DEFAULT_CONCURRENCIES
+    requests_per_level: int | None = None
+    """Requests measured per level; default ``max(min_requests, 4 * concurrency)``."""
+    min_requests: int = 16
+    max_tokens: int = 2048
+    temperature: float | None = 0.6
+    top_p: float | None = 0.95
+    chat_template_kwargs: dict[str, Any] = field(default_factory=lambda: {"enable_thinking": True})
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    stream: bool = True
+    model: str | None = None
+    engine: str | None = None
+    """Engine name for the JSON; default: the ``owned_by`` of ``/v1/models`` (vllm, llamacpp, sglang...)."""
+    warmup: bool = True
+    knee_tolerance: float = 0.1
+    timeout_s: float = 1800.0
+    seed: int = 0
+    api_key: str | None = None
+
+
+@dataclass
+class LevelResult:
+    concurrency: int
+    output_tokens_per_s: float
+    requests_per_s: float
+    latency_p50_s: float
+    latency_p99_s: float
+    ttft_p50_s: float | None
+    mean_output_tokens: float
+    requests: int
+
+
+@dataclass
+class BenchResult:
+    engine: str
+    model: str
+    endpoint: str
+    max_tokens: int
+    results: list[LevelResult]
+    knee: dict[str, Any]
+    errors: int = 0
+    """Failed requests over the sweep (not part of the JSON contract; printed, not saved)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "draftsmith.bench",
+            "version": 1,
+            "engine": self.engine,
+            "model": self.model,
+            "endpoint": self.endpoint,
+            "max_tokens": self.max_tokens,
+            "results": [asdict(level) for level in self.results],
+            "knee": dict(self.knee),
+        }
+
+    def save(self, path: str | Path) -> Path:
+        """Write the contract-3 JSON atomically."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(path.name + ".tmp")
+        temporary.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        os.replace(temporary, path)
+        return path
+
+    def render(self, console) -> None:
+        from rich.table import Table
+
+        table = Table(title=f"draftsmith bench: {self.engine} / {self.model} @ {self.endpoint}")
+        for column in ("concurrency", "out tok/s", "req/s", "p50 latency", "p99 latency", "p50 TTFT", "mean out tok", "requests"):
+            table.add_column(column, justify="right")
+        for level in self.results:
+            mark = " <- knee" if level.concurrency == self.knee["concurrency"] else ""
+            table.add_row(
+                f"{level.concurrency}{mark}", f"{level.output_tokens_per_s:,.0f}", f"{level.requests_per_s:,.2f}",
+                f"{level.latency_p50_s:.3f}s", f"{level.latency_p99_s:.3f}s",
+                "-" if level.ttft_p50_s is None else f"{level.ttft_p50_s:.3f}s",
+                f"{level.mean_output_tokens:,.1f}", str(level.requests),
+            )
+        console.print(table)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (q in [0, 100])."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100.0
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def find_knee(results: list[LevelResult], tolerance: float = 0.1) -> dict[str, Any]:
+    """The smallest concurrency reaching ``(1 - tolerance)`` of the best output tok/s."""
+    if not results:
+        raise ValueError("no results")
+    best = max(level.output_tokens_per_s for level in results)
+    for level in sorted(results, key=lambda r: r.concurrency):
+        if level.output_tokens_per_s >= (1.0 - tolerance) * best:
+            return {"concurrency": level.concurrency, "output_tokens_per_s": level.output_tokens_per_s}
+    raise AssertionError("unreachable")
+
+
+async def _describe_endpoint(client: ChatClient, base: str) -> tuple[str, str]:
+    try:
+        status, body = await client.get_json(base + "/v1/models")
+    except EndpointConnectionError as error:
+        raise DraftsmithError(f"bench: cannot reach {base} ({error})") from None
+    if status != 200 or not isinstance(body, dict) or not body.get("data"):
+        raise DraftsmithError(f"bench: {base}/v1/models answered HTTP {status}; pass --model and --engine")
+    entry = body["data"][0]
+    return str(entry.get("id")), str(entry.get("owned_by") or "unknown")
+
+
+async def arun_bench(config: BenchConfig, log: Callable[[str], None] = lambda message: None) -> BenchResult:
+    """Run the sweep (async)."""
+    if not config.concurrencies or any(c < 1 for c in config.concurrencies):
+        raise InputError("bench: concurrency levels must be positive integers")
+    samples, _ = load_prompts(config.prompts)
+    if not samples:
+        raise InputError(f"bench: no prompts in {config.prompts}")
+    order = list(samples)
+    random.Random(config.seed).shuffle(order)
+    base = normalize_base_url(config.endpoint)
+    levels = sorted(set(config.concurrencies))
+    async with ChatClient(connections=max(levels) + 4, timeout_s=config.timeout_s, api_key=config.api_key) as client:
+        model, owner = await _describe_endpoint(client, base)
+        model = config.model or model
+        engine = config.engine or owner
+        payload: dict[str, Any] = {"model": model, "max_tokens": config.max_tokens, "stream": config.stream}
+        if config.temperature is not None:
+            payload["temperature"] = config.temperature
+        if config.top_p is not None:
+            payload["top_p"] = config.top_p
+        if config.chat_template_kwargs:
+            payload["chat_template_kwargs"] = dict(config.chat_template_kwargs)
+        if config.stream:
+            payload["stream_options"] = {"include_usage": True}
+        payload.update(config.extra_body)
+        cursor = 0
+        errors = 0
+        results = []
+
+        async def run_level(concurrency: int, count: int) -> tuple[list, float]:
+            nonlocal cursor, errors
+            outcomes: list = []
+            remaining = count
+
+            async def worker() -> None:
+                nonlocal cursor, remaining, errors
+                while remaining > 0:
+                    remaining -= 1
+                    sample = order[cursor % len(order)]
+                    cursor += 1
+                    try:
+                        outcomes.append(await client.chat(base, {**payload, "messages": sample.messages}))
+                    except ClientError as error:
+                        errors += 1
+                        log(f"request failed: {error}")
+
+            start = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            return outcomes, time.perf_counter() - start
+
+        for concurrency in levels:
+            count = config.requests_per_level or max(config.min_requests, 4 * concurrency)
+            if config.warmup:
+                await run_level(concurrency, concurrency)
+            outcomes, wall = await run_level(concurrency, count)
+            if not outcomes:
+                raise DraftsmithError(f"bench: every request at concurrency {concurrency} failed (see messages above)")
+            tokens = [
+                o.completion_tokens if o.completion_tokens is not None else len(o.completion_token_ids or [])
+                for o in outcomes
+            ]
+            latencies = [o.latency_s for o in outcomes]
+            ttfts = [o.ttft_s for o in outcomes if o.ttft_s is not None]
+            level = LevelResult(
+                concurrency=concurrency,
+                output_tokens_per_s=round(sum(tokens) / wall, 3),
+                requests_per_s=round(len(outcomes) / wall, 4),
+                latency_p50_s=round(percentile(latencies, 50), 4),
+                latency_p99_s=round(percentile(latencies, 99), 4),
+                ttft_p50_s=round(percentile(ttfts, 50), 4) if ttfts else None,
+                mean_output_tokens=round(statistics.fmean(tokens), 2),
+                requests=len(outcomes),
+            )
+            log(f"concurrency {concurrency}: {level.output_tokens_per_s:,.0f} out tok/s, "
+                f"{level.requests_per_s:,.2f} req/s, p50 {level.latency_p50_s:.3f}s")
+            results.append(level)
+    return BenchResult(engine=engine, model=model, endpoint=base, max_tokens=config.max_tokens, results=results,
+                       knee=find_knee(results, config.knee_tolerance), errors=errors)
+
+
+def run_bench(config: BenchConfig, log: Callable[[str], None] = lambda message: None) -> BenchResult:
+    """Blocking variant of ``arun_bench`` (notebook-safe like ``generate``)."""
+    return run_async(arun_bench(config, log))
+
+
+def load_bench(path: str | Path) -> dict[str, Any]:
+    """Read and check a contract-3 bench JSON."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise InputError(f"{path}: cannot read bench JSON ({error})") from None
+    if data.get("kind") != "draftsmith.bench" or data.get("version") != 1:
+        raise InputError(f"{path}: not a draftsmith bench result (kind/version)")
+    return data

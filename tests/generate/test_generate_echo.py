@@ -1,0 +1,169 @@
+"""`generate` end to end against real `draftsmith serve --backend echo` processes with faults."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+
+from draftsmith.cli import main
+from draftsmith.generate import GenerateConfig, GuardConfig, generate
+from draftsmith.serve.process import ServeProcess
+
+from .conftest import assert_exactly_once, read_rows
+
+
+def config(prompts, out, endpoints, **overrides):
+    values = dict(inputs=[prompts], output_dir=out, endpoints=endpoints, progress=False, concurrency=16,
+                  backoff_base_s=0.02, backoff_max_s=0.2, health_interval_s=0.3, endpoint_wait_s=30)
+    values.update(overrides)
+    return GenerateConfig(**values)
+
+
+def test_rows_follow_contract_and_resume_skips_done(tmp_path, prompts_file):
+    prompts = prompts_file(120)
+    with ServeProcess(["--backend", "echo", "--served-model-name", "target"]) as server:
+        summary = generate(config(prompts, tmp_path / "out", [server.url], limit=50))
+        assert (summary.done, summary.remaining, summary.accounted) == (50, 70, True)
+        summary = generate(config(prompts, tmp_path / "out", [server.url + "/v1"]))
+    assert summary.ok and summary.already_done == 50 and summary.done == 70 and summary.skipped == 50
+    rows = assert_exactly_once(tmp_path / "out", prompts)
+    row = rows[0]
+    assert set(row) == {"id", "messages", "finish_reason", "prompt_tokens", "completion_tokens", "reasoning_tokens",
+                        "prompt_token_ids", "completion_token_ids", "model", "endpoint", "latency_s"}
+    assistant = row["messages"][-1]
+    assert assistant["role"] == "assistant" and assistant["reasoning_content"].startswith("Let me think about")
+    assert assistant["content"].startswith("The answer to")
+    assert row["model"] == "target" and row["endpoint"] == server.url and row["finish_reason"] == "stop"
+    assert len(row["completion_token_ids"]) == row["completion_tokens"] and row["reasoning_tokens"] > 0
+    saved = json.loads((tmp_path / "out" / "summary-s0of1.json").read_text())
+    assert saved["ok"] and saved["input"] == 120
+
+
+def test_transient_errors_and_dropped_connections_are_retried(tmp_path, prompts_file):
+    prompts = prompts_file(200)
+    args = ["--fail-rate", "0.25", "--fail-status", "503", "--drop-rate", "0.1", "--seed", "4"]
+    with ServeProcess(args) as server:
+        summary = generate(config(prompts, tmp_path / "out", [server.url], stream=True))
+    assert summary.ok, summary.problems()
+    assert summary.retries >= 30
+    assert_exactly_once(tmp_path / "out", prompts)
+
+
+def test_permanent_failures_are_recorded_then_retried(tmp_path, prompts_file):
+    prompts = prompts_file(100)
+    with ServeProcess(["--fail-rate", "0.2", "--fail-status", "400", "--seed", "2"]) as server:
+        summary = generate(config(prompts, tmp_path / "out", [server.url]))
+    assert summary.accounted and summary.failed > 5 and summary.done + summary.failed == 100
+    failures = [json.loads(line) for line in (tmp_path / "out" / "failures-s0of1.jsonl").read_text().splitlines()]
+    assert len(failures) == summary.failed and all("HTTP 400: injected failure" in f["reason"] for f in failures)
+    with ServeProcess() as server:
+        skipped = generate(config(prompts, tmp_path / "out", [server.url], retry_failed=False))
+        assert skipped.skipped_failed == summary.failed and skipped.done == 0 and skipped.accounted
+        retried = generate(config(prompts, tmp_path / "out", [server.url]))
+    assert retried.ok and retried.done == summary.failed
+    assert_exactly_once(tmp_path / "out", prompts)
+
+
+def test_engine_crash_then_restart_and_resume(tmp_path, prompts_file):
+    """The engine dies mid-run; the run stops cleanly; after a restart a rerun completes exactly once."""
+    prompts = prompts_file(300)
+    with ServeProcess(["--die-after", "120", "--delay", "0.005"]) as server:
+        first = generate(config(prompts, tmp_path / "out", [server.url], endpoint_wait_s=1.5))
+        assert not server.running
+        assert first.accounted and first.remaining > 0 and first.done >= 80
+        assert "no endpoint healthy" in first.stopped_reason
+        server.restart(["--delay", "0.005"])
+        second = generate(config(prompts, tmp_path / "out", [server.url]))
+    assert second.ok and second.already_done == first.done and second.done == first.remaining
+    assert_exactly_once(tmp_path / "out", prompts)
+
+
+def test_kill_mid_run_and_restart_while_the_run_waits(tmp_path, prompts_file):
+    """SIGKILL the engine while requests are in flight, bring it back: the same run finishes."""
+    prompts = prompts_file(400)
+    out = tmp_path / "out"
+    with ServeProcess(["--delay", "0.02"]) as server:
+        result = {}
+        thread = threading.Thread(target=lambda: result.update(summary=generate(config(prompts, out, [server.url]))))
+        thread.start()
+        deadline = time.monotonic() + 60
+        while len(read_rows(out)) < 100 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        server.kill()
+        time.sleep(1.0)
+        server.start()
+        thread.join(120)
+    summary = result["summary"]
+    assert summary.ok, summary.problems()
+    assert summary.requeued + summary.retries > 0
+    assert_exactly_once(out, prompts)
+
+
+def test_least_outstanding_dispatch_and_dead_endpoint(tmp_path, prompts_file):
+    prompts = prompts_file(300)
+    with ServeProcess() as fast, ServeProcess(["--delay", "0.3"]) as slow, ServeProcess() as doomed:
+        dead_url = doomed.url
+        doomed.kill()
+        summary = generate(config(prompts, tmp_path / "out", [fast.url, slow.url, dead_url], concurrency=4))
+    assert summary.ok, summary.problems()
+    by_url = {e["url"]: e for e in summary.endpoints}
+    assert by_url[dead_url]["completed"] == 0 and not by_url[dead_url]["healthy"]
+    assert by_url[fast.url]["completed"] > 3 * by_url[slow.url]["completed"] > 0
+    assert_exactly_once(tmp_path / "out", prompts)
+
+
+def test_shards_split_and_merge(tmp_path, prompts_file):
+    prompts = prompts_file(150)
+    with ServeProcess() as server:
+        first = generate(config(prompts, tmp_path / "out", [server.url], shard_index=0, shard_count=2))
+        second = generate(config(prompts, tmp_path / "out", [server.url], shard_index=1, shard_count=2))
+    assert first.ok and second.ok and first.input + second.input == 150 and first.input > 40
+    assert_exactly_once(tmp_path / "out", prompts)
+
+
+def test_quality_guard_stops_the_run_via_cli(tmp_path, prompts_file, capsys):
+    prompts = prompts_file(400)
+    with ServeProcess(["--echo-answer", "OK.", "--echo-reasoning", "", "--delay", "0.01"]) as server:
+        code = main(["generate", str(prompts), "-o", str(tmp_path / "out"), "-e", server.url, "--no-progress",
+                     "--concurrency", "8", "--guard-min-samples", "30", "--guard-window", "50"])
+    assert code == 3
+    assert "quality guard" in capsys.readouterr().err
+    rows = read_rows(tmp_path / "out")
+    assert 30 <= len(rows) < 100
+    summary = json.loads((tmp_path / "out" / "summary-s0of1.json").read_text())
+    assert summary["guard_tripped"] and summary["accounted"] and summary["remaining"] == 400 - len(rows)
+
+
+def test_cli_bad_input_is_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": [{"role": "user", "content": "x"}]}\n{"messages": 3}\n')
+    assert main(["generate", str(bad), "-o", str(tmp_path / "out"), "--no-progress"]) == 2
+    assert f"{bad}:2" in capsys.readouterr().err
+    assert main(["generate", str(bad), "-o", str(tmp_path / "out"), "--shard", "2/2"]) == 2
+
+
+def test_generate_works_inside_a_running_event_loop(tmp_path, prompts_file):
+    prompts = prompts_file(20)
+    with ServeProcess() as server:
+        async def notebook_cell():
+            return generate(config(prompts, tmp_path / "out", [server.url], order="longest-first"))
+
+        summary = asyncio.run(notebook_cell())
+    assert summary.ok and summary.done == 20
+    lengths = [sum(len(m["content"]) for m in row["messages"][:-1]) for row in read_rows(tmp_path / "out")]
+    assert lengths[0] == max(lengths)
+
+
+def test_streamed_chunks_longer_than_64k_are_read(tmp_path):
+    prompts = tmp_path / "long.jsonl"
+    words = " ".join(f"w{i}" for i in range(20000))
+    prompts.write_text(json.dumps({"id": "long", "messages": [{"role": "user", "content": words}]}) + "\n")
+    with ServeProcess() as server:
+        summary = generate(config(prompts, tmp_path / "out", [server.url], stream=True))
+    assert summary.ok, summary.problems()
+    (row,) = read_rows(tmp_path / "out")
+    assert len(row["prompt_token_ids"]) == row["prompt_tokens"] == 20000
