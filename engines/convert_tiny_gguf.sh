@@ -6,4 +6,4 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 PYTHON="${1:-python3}"
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-PYTHONPATH="$repo/src${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m draftsmith.engines.gguf
+PYTHONPATH="$repo/src${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m draftsmith.engines gguf

@@ -1,7 +1,7 @@
 """Convert a Hugging Face model directory to GGUF for llama-server, cached by content.
 
-Run as a script to convert the built-in tiny target (what `engines/convert_tiny_gguf.sh` does):
-    python -m draftsmith.engines.gguf [MODEL_DIR] [--out FILE]
+From a shell (what `engines/convert_tiny_gguf.sh` does for the built-in tiny target):
+    python -m draftsmith.engines gguf [MODEL_DIR] [--out FILE]
 """
 
 from __future__ import annotations
@@ -95,7 +95,8 @@ def convert_to_gguf(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m draftsmith.engines gguf",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("model_dir", nargs="?", help="HF model dir (default: the built-in tiny target)")
     parser.add_argument("--out", help="output file (default: a content-keyed file in the engines cache)")
     parser.add_argument("--outtype", default="f32")
@@ -114,6 +115,3 @@ def main(argv: list[str] | None = None) -> int:
     print(path)
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

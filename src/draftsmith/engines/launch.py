@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     parser = argparse.ArgumentParser(
-        prog="python -m draftsmith.engines.launch",
+        prog="python -m draftsmith.engines start",
         description="Start a real engine on 127.0.0.1 and keep it running until Ctrl-C.",
     )
     parser.add_argument("engine", choices=["vllm", "llama-server"])
@@ -322,6 +322,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"draftsmith: error: {error}", file=sys.stderr)
         return error.exit_code
     print(f"{server.kind} ready in {server.last_start_s:.1f} s: {server.api_url} (model {server.model_name!r})")
+
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt
+
+    # A plain `kill` must stop the engine too, not orphan it in its own session.
+    signal.signal(signal.SIGTERM, interrupted)
     try:
         while server.alive():
             time.sleep(0.5)
@@ -332,6 +338,3 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
