@@ -46,9 +46,15 @@ if [ ! -f "$SRC/vendor/llama.cpp/CMakeLists.txt" ]; then
     tar -xzf "$sdist" -C "$ROOT/src"
 fi
 
+for tool in cmake c++; do
+    command -v "$tool" >/dev/null || { log "error: $tool is needed to build llama-server (apt-get install cmake g++)"; exit 1; }
+done
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+
 log "building llama-server with $JOBS jobs (a few minutes on 2 cores)"
 # Static, no tests/examples/web UI/OpenSSL: the server is all we need and nothing may be downloaded.
-cmake -S "$SRC/vendor/llama.cpp" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+cmake -S "$SRC/vendor/llama.cpp" -B "$BUILD" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF >"$ROOT/cmake-configure.log" 2>&1 \
     || { tail -n 40 "$ROOT/cmake-configure.log" >&2; exit 1; }
