@@ -77,16 +77,20 @@ async def httpx_run(url: str, requests: int, concurrency: int) -> int:
     return requests
 
 
-def pipeline_run(url: str, requests: int, concurrency: int) -> int:
-    with tempfile.TemporaryDirectory() as directory:
-        prompts = Path(directory) / "prompts.jsonl"
-        with prompts.open("w") as handle:
-            for row in synthetic_prompts(requests, seed=11):
-                handle.write(json.dumps(row) + "\n")
-        summary = generate(GenerateConfig(inputs=[prompts], output_dir=Path(directory) / "out", endpoints=[url],
-                                          concurrency=concurrency, progress=False, guard=GuardConfig()),
-                           log=lambda message: None)
-        assert summary.ok and summary.done == requests, summary.problems()
+def write_prompts(directory: Path, requests: int) -> Path:
+    prompts = directory / "prompts.jsonl"
+    with prompts.open("w") as handle:
+        for row in synthetic_prompts(requests, seed=11):
+            handle.write(json.dumps(row) + "\n")
+    return prompts
+
+
+def pipeline_run(url: str, prompts: Path, output_dir: Path, requests: int, concurrency: int) -> int:
+    """One whole generate() call: reading prompts, health checks, the run, the final rescan."""
+    summary = generate(GenerateConfig(inputs=[prompts], output_dir=output_dir, endpoints=[url],
+                                      concurrency=concurrency, progress=False, guard=GuardConfig()),
+                       log=lambda message: None)
+    assert summary.ok and summary.done == requests, summary.problems()
     return requests
 
 
@@ -107,7 +111,11 @@ def main() -> None:
         rows.append(("baseline: ChatClient, 1 in flight", base_rate, base_cpu))
         rate, cpu = measure("client", lambda: run_async(client_run(url, args.requests, args.concurrency)))
         rows.append((f"ChatClient, {args.concurrency} in flight", rate, cpu))
-        rate, cpu = measure("pipeline", lambda: pipeline_run(url, args.requests, args.concurrency))
+        with tempfile.TemporaryDirectory() as directory:
+            prompts = write_prompts(Path(directory), args.requests)
+            output_dir = Path(directory) / "out"
+            rate, cpu = measure("pipeline", lambda: pipeline_run(url, prompts, output_dir, args.requests,
+                                                                 args.concurrency))
         rows.append((f"generate() pipeline, {args.concurrency} in flight", rate, cpu))
         pipeline_rate = rate
         if not args.skip_httpx:

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from draftsmith.cli import main
-from draftsmith.generate import GenerateConfig, GuardConfig, generate
+from draftsmith.generate import GenerateConfig, generate
 from draftsmith.serve.process import ServeProcess
 
 from .conftest import assert_exactly_once, read_rows
@@ -167,3 +167,42 @@ def test_streamed_chunks_longer_than_64k_are_read(tmp_path):
     assert summary.ok, summary.problems()
     (row,) = read_rows(tmp_path / "out")
     assert len(row["prompt_token_ids"]) == row["prompt_tokens"] == 20000
+
+
+@pytest.mark.parametrize("failure", ["killed", "hung"])
+def test_failed_endpoint_mid_run_is_taken_out_and_its_requests_requeued(tmp_path, prompts_file, failure):
+    prompts = prompts_file(600)
+    out = tmp_path / "out"
+    with ServeProcess(["--delay", "0.02"]) as healthy, ServeProcess(["--delay", "0.02"]) as failing:
+        result = {}
+        run_config = config(prompts, out, [healthy.url, failing.url], concurrency=8, health_timeout_s=0.5,
+                            request_timeout_s=60)
+        thread = threading.Thread(target=lambda: result.update(summary=generate(run_config)))
+        thread.start()
+        deadline = time.monotonic() + 60
+        while len(read_rows(out)) < 100 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        failing.kill() if failure == "killed" else failing.pause()
+        thread.join(120)
+        finished_rows = len(read_rows(out))
+    summary = result["summary"]
+    assert summary.ok, summary.problems()
+    by_url = {e["url"]: e for e in summary.endpoints}
+    assert not by_url[failing.url]["healthy"]
+    if failure == "hung":  # requests stuck on the hung engine were cancelled and sent elsewhere
+        assert summary.requeued > 0
+    assert finished_rows == 600
+    assert_exactly_once(out, prompts)
+
+
+def test_summary_rescans_the_output_and_reports_duplicates(tmp_path, prompts_file):
+    prompts = prompts_file(30)
+    with ServeProcess() as server:
+        first = generate(config(prompts, tmp_path / "out", [server.url]))
+        assert first.ok and first.on_disk == 30 and first.duplicates_on_disk == 0
+        # Someone concatenates a part onto itself: the next run must not call that OK.
+        part = next((tmp_path / "out").glob("generated-*.jsonl"))
+        part.write_text(part.read_text() + part.read_text().splitlines(keepends=True)[0])
+        second = generate(config(prompts, tmp_path / "out", [server.url]))
+    assert second.done == 0 and second.duplicates_on_disk == 1 and not second.ok
+    assert any("duplicate rows" in problem for problem in second.problems())

@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from draftsmith.errors import DraftsmithError, InputError
-from draftsmith.generate.client import ChatClient, ClientError, EndpointConnectionError, normalize_base_url
+from draftsmith.generate.client import (
+    ChatClient,
+    ClientError,
+    EndpointConnectionError,
+    chat_payload,
+    normalize_base_url,
+)
 from draftsmith.generate.inputs import load_prompts
 from draftsmith.generate.loop import run_async
 
@@ -163,16 +169,9 @@ async def arun_bench(config: BenchConfig, log: Callable[[str], None] = lambda me
         model, owner = await _describe_endpoint(client, base)
         model = config.model or model
         engine = config.engine or owner
-        payload: dict[str, Any] = {"model": model, "max_tokens": config.max_tokens, "stream": config.stream}
-        if config.temperature is not None:
-            payload["temperature"] = config.temperature
-        if config.top_p is not None:
-            payload["top_p"] = config.top_p
-        if config.chat_template_kwargs:
-            payload["chat_template_kwargs"] = dict(config.chat_template_kwargs)
-        if config.stream:
-            payload["stream_options"] = {"include_usage": True}
-        payload.update(config.extra_body)
+        payload = chat_payload(model, config.max_tokens, stream=config.stream, temperature=config.temperature,
+                               top_p=config.top_p, chat_template_kwargs=config.chat_template_kwargs,
+                               extra_body=config.extra_body)
         cursor = 0
         errors = 0
         results = []

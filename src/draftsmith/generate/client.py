@@ -108,6 +108,29 @@ def parse_chat_response(body: Any, latency_s: float) -> ChatResult:
     )
 
 
+def chat_payload(model: str, max_tokens: int, *, stream: bool = False, temperature: float | None = None,
+                 top_p: float | None = None, seed: int | None = None,
+                 chat_template_kwargs: dict[str, Any] | None = None, return_token_ids: bool = False,
+                 extra_body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The request body shared by every prompt of a run (add ``messages`` per request).
+
+    Streaming asks for ``usage`` in the final chunk; ``return_token_ids`` is vLLM's flag for
+    prompt/completion token ids; ``extra_body`` fields are passed through unchanged.
+    """
+    payload: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "stream": stream}
+    for key, value in (("temperature", temperature), ("top_p", top_p), ("seed", seed)):
+        if value is not None:
+            payload[key] = value
+    if chat_template_kwargs:
+        payload["chat_template_kwargs"] = dict(chat_template_kwargs)
+    if stream:
+        payload["stream_options"] = {"include_usage": True}
+    if return_token_ids:
+        payload["return_token_ids"] = True
+    payload.update(extra_body or {})
+    return payload
+
+
 def _chat_url(base_url: str) -> str:
     return base_url + "/v1/chat/completions"
 

@@ -54,6 +54,7 @@ class Dispatcher:
         concurrency: int,
         client: ChatClient,
         health_interval_s: float = 10.0,
+        health_timeout_s: float = 5.0,
         on_down: Callable[[Endpoint], None] | None = None,
         on_change: Callable[[], None] | None = None,
         log: Callable[[str], None] = lambda message: None,
@@ -68,6 +69,8 @@ class Dispatcher:
         self.endpoints = [Endpoint(url=base, capacity=max(1, concurrency)) for base in seen]
         self.client = client
         self.health_interval_s = health_interval_s
+        self.health_timeout_s = health_timeout_s
+        """A hung engine (no answer to /health within this) counts as down."""
         self.on_down = on_down or (lambda endpoint: None)
         self.on_change = on_change or (lambda: None)
         self.log = log
@@ -108,9 +111,10 @@ class Dispatcher:
     async def probe(self, endpoint: Endpoint) -> tuple[bool, str]:
         """One health check: ``/health`` must answer 200 (or, where it is 404, ``/v1/models``)."""
         try:
-            status, _ = await self.client.get_json(endpoint.url + "/health")
+            timeout = self.health_timeout_s
+            status, _ = await self.client.get_json(endpoint.url + "/health", timeout)
             if status == 404:
-                status, _ = await self.client.get_json(endpoint.url + "/v1/models")
+                status, _ = await self.client.get_json(endpoint.url + "/v1/models", timeout)
         except EndpointConnectionError as error:
             return False, str(error)
         return status == 200, f"health check answered HTTP {status}"

@@ -29,13 +29,14 @@ from draftsmith.generate.client import (
     HTTPStatusError,
     RequestTimeout,
     ResponseFormatError,
+    chat_payload,
 )
 from draftsmith.generate.dispatch import Dispatcher, Endpoint
 from draftsmith.generate.guard import GuardConfig, QualityGuard
-from draftsmith.generate.loop import run_async
 from draftsmith.generate.inputs import PromptSample, load_prompts, shard_of
+from draftsmith.generate.loop import run_async
 from draftsmith.generate.progress import RunProgress
-from draftsmith.generate.store import OutputStore
+from draftsmith.generate.store import OutputStore, count_row_ids
 
 ORDERS = ("input", "longest-first", "prefix")
 
@@ -84,6 +85,9 @@ class GenerateConfig:
     backoff_max_s: float = 30.0
     request_timeout_s: float = 1800.0
     health_interval_s: float = 10.0
+    health_timeout_s: float = 5.0
+    """An endpoint that does not answer ``/health`` within this is down (a hung engine): its
+    in-flight requests are cancelled and requeued on the others."""
     endpoint_wait_s: float = 600.0
     """How long to wait while no endpoint is healthy (at start or mid-run) before stopping."""
     guard: GuardConfig = field(default_factory=GuardConfig)
@@ -129,10 +133,16 @@ class GenerateSummary:
     failures_file: str | None = None
     model: str | None = None
     endpoints: list[dict[str, Any]] = field(default_factory=list)
+    on_disk: int | None = None
+    """This shard's samples found in the output directory after the run (rescanned)."""
+    duplicates_on_disk: int | None = None
+    """Rows beyond the first for any id of this shard (must be 0)."""
 
     @property
     def accounted(self) -> bool:
-        return self.done + self.failed + self.skipped + self.remaining == self.input
+        counts_match = self.done + self.failed + self.skipped + self.remaining == self.input
+        disk_match = self.on_disk is None or self.on_disk == self.already_done + self.done
+        return counts_match and disk_match and not self.duplicates_on_disk
 
     @property
     def ok(self) -> bool:
@@ -140,11 +150,16 @@ class GenerateSummary:
 
     def problems(self) -> list[str]:
         issues = []
-        if not self.accounted:
+        if self.done + self.failed + self.skipped + self.remaining != self.input:
             issues.append(
                 f"accounting mismatch: done {self.done} + failed {self.failed} + skipped {self.skipped} + "
                 f"remaining {self.remaining} != input {self.input}"
             )
+        if self.on_disk is not None and self.on_disk != self.already_done + self.done:
+            issues.append(f"the output holds {self.on_disk} of this shard's samples, expected "
+                          f"{self.already_done + self.done} (already done + done)")
+        if self.duplicates_on_disk:
+            issues.append(f"{self.duplicates_on_disk} duplicate rows in the output")
         if self.stopped_reason:
             issues.append(self.stopped_reason)
         if self.failed:
@@ -174,6 +189,8 @@ class GenerateSummary:
         table.add_row("remaining", f"{self.remaining:,}")
         check = "OK" if self.accounted else "MISMATCH"
         table.add_row("done+failed+skipped+remaining = input", check)
+        if self.on_disk is not None:
+            table.add_row("rows on disk (this shard)", f"{self.on_disk:,}, duplicates {self.duplicates_on_disk or 0}")
         table.add_row("retries / requeued", f"{self.retries:,} / {self.requeued:,}")
         table.add_row("output tokens", f"{self.output_tokens:,} ({self.output_tokens_per_s:,.0f} tok/s)")
         table.add_row("elapsed", f"{self.elapsed_s:,.1f}s")
@@ -215,6 +232,7 @@ class _Run:
             config.concurrency,
             client,
             health_interval_s=config.health_interval_s,
+            health_timeout_s=config.health_timeout_s,
             on_down=self._on_endpoint_down,
             on_change=self.wake.set,
             log=log,
@@ -236,21 +254,11 @@ class _Run:
 
     def _make_base_payload(self) -> dict[str, Any]:
         config = self.config
-        payload: dict[str, Any] = {"model": self.model, "max_tokens": config.max_tokens, "stream": config.stream}
-        if config.temperature is not None:
-            payload["temperature"] = config.temperature
-        if config.top_p is not None:
-            payload["top_p"] = config.top_p
-        if config.seed is not None:
-            payload["seed"] = config.seed
-        if config.chat_template_kwargs:
-            payload["chat_template_kwargs"] = dict(config.chat_template_kwargs)
-        if config.stream:
-            payload["stream_options"] = {"include_usage": True}
-        if self.return_token_ids:
-            payload["return_token_ids"] = True
-        payload.update(config.extra_body)
-        return payload
+        return chat_payload(
+            self.model, config.max_tokens, stream=config.stream, temperature=config.temperature, top_p=config.top_p,
+            seed=config.seed, chat_template_kwargs=config.chat_template_kwargs,
+            return_token_ids=self.return_token_ids, extra_body=config.extra_body,
+        )
 
     def _work(self, sample: PromptSample) -> float:
         return sample.prompt_chars / 4.0 + self.mean_completion
@@ -454,6 +462,14 @@ class _Run:
             await self.dispatcher.stop()
 
 
+def _verify_on_disk(summary: GenerateSummary, store: OutputStore, samples: list[PromptSample]) -> None:
+    """Rescan the output: every sample counted done must be there, once."""
+    counts = count_row_ids(store.directory)
+    mine = [counts.get(sample.id, 0) for sample in samples]
+    summary.on_disk = sum(1 for count in mine if count)
+    summary.duplicates_on_disk = sum(count - 1 for count in mine if count > 1)
+
+
 def _order(samples: list[PromptSample], order: str) -> list[PromptSample]:
     if order == "longest-first":
         return sorted(samples, key=lambda s: -s.prompt_chars)
@@ -539,6 +555,7 @@ async def agenerate(config: GenerateConfig, log: Callable[[str], None] | None = 
         failures_file=str(store.directory / f"failures-{store.tag}.jsonl"),
     )
     if not todo:
+        _verify_on_disk(summary, store, samples)
         store.write_summary(summary.to_dict())
         return summary
 
@@ -550,7 +567,8 @@ async def agenerate(config: GenerateConfig, log: Callable[[str], None] | None = 
     connections = config.concurrency * len(config.endpoints) + 8
     api_key = config.api_key or os.environ.get("OPENAI_API_KEY")
     async with ChatClient(connections=connections, timeout_s=config.request_timeout_s, api_key=api_key) as client:
-        probe = Dispatcher(config.endpoints, config.concurrency, client, log=log)
+        probe = Dispatcher(config.endpoints, config.concurrency, client, health_timeout_s=config.health_timeout_s,
+                           log=log)
         await _wait_for_endpoints(probe, config.endpoint_wait_s, log)
         model = config.model or await _discover_model(client, probe)
         run = _Run(config, client, store, model, progress, guard, log)
@@ -581,6 +599,7 @@ async def agenerate(config: GenerateConfig, log: Callable[[str], None] | None = 
                  "last_error": e.last_error}
                 for e in run.dispatcher.endpoints
             ]
+            _verify_on_disk(summary, store, samples)
             store.write_summary(summary.to_dict())
     return summary
 

@@ -17,8 +17,8 @@ from collections import deque
 from typing import Any
 
 from rich.console import Console, Group
-from rich.progress_bar import ProgressBar
 from rich.live import Live
+from rich.progress_bar import ProgressBar
 from rich.text import Text
 
 

@@ -22,6 +22,7 @@ import json
 import os
 import re
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -63,11 +64,11 @@ def _truncate_torn_tail(path: Path, log) -> None:
     log(f"{path}: removed a torn last line ({size - cut} bytes) left by an interrupted run")
 
 
-def scan_done_ids(directory: Path, log=lambda message: None) -> set[str]:
-    """Ids of every complete generated row in ``directory`` (repairing torn tails first)."""
-    done: set[str] = set()
+def count_row_ids(directory: Path, log=lambda message: None) -> Counter[str]:
+    """How many complete rows each id has in ``directory`` (repairing torn tails first)."""
+    counts: Counter[str] = Counter()
     if not directory.exists():
-        return done
+        return counts
     for path in sorted(directory.glob(ROW_GLOB)):
         _truncate_torn_tail(path, log)
         with path.open("r", encoding="utf-8") as handle:
@@ -77,16 +78,21 @@ def scan_done_ids(directory: Path, log=lambda message: None) -> set[str]:
                 # Rows written here start with their id: read it without parsing a long row.
                 fast = _ID_PREFIX.match(line)
                 if fast is not None and line.rstrip().endswith("}"):
-                    done.add(json.loads(fast.group(1)))
+                    counts[json.loads(fast.group(1))] += 1
                     continue
                 try:
                     row = json.loads(line)
-                    done.add(str(row["id"]))
+                    counts[str(row["id"])] += 1
                 except (json.JSONDecodeError, KeyError, TypeError):
                     raise InputError(
                         f"{path}:{number}: not a generated row (bad JSON or no 'id'); move the file away to continue"
                     ) from None
-    return done
+    return counts
+
+
+def scan_done_ids(directory: Path, log=lambda message: None) -> set[str]:
+    """Ids of every complete generated row in ``directory`` (repairing torn tails first)."""
+    return set(count_row_ids(directory, log))
 
 
 def read_failures(directory: Path, tag: str) -> dict[str, str]:

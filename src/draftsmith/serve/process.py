@@ -105,9 +105,20 @@ class ServeProcess:
             self._group_alive = False
             self.process.wait(timeout=30)
 
+    def pause(self) -> None:
+        """SIGSTOP the server (a hung engine: connections stay open, nothing answers)."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGCONT)
+
     def stop(self) -> None:
         if self.running:
             assert self.process is not None
+            if self._group_alive:
+                os.killpg(self.process.pid, signal.SIGCONT)  # a paused server cannot handle SIGTERM
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout=15)
