@@ -208,3 +208,63 @@ def test_engine_and_client_crash_then_rerun_resumes_without_loss_or_duplicates(e
     assert summary["already_done"] == len(survived)
     assert summary["done"] == KILL_TEST_SAMPLES - len(survived)
     assert summary["done"] + summary["failed"] + summary["skipped"] + summary["remaining"] == summary["input"]
+
+
+def _two_engine_argv(prompts: Path, output: Path, vllm_engine, llama_engine, *extra: str) -> list[str]:
+    argv = generate_argv(prompts, output, vllm_engine, *extra)
+    return argv + ["--endpoint", llama_engine.api_url]
+
+
+def test_one_run_over_both_engines_captures_reasoning_from_either_field(
+    vllm_engine, llama_engine, tmp_path, tiny_tokenizer
+):
+    # vLLM answers in `reasoning`, llama-server in `reasoning_content`; the rows must not differ.
+    prompts = tmp_path / "prompts.jsonl"
+    ids = write_prompts(prompts, 48, seed=17)
+    output = tmp_path / "out"
+    result = subprocess.run(
+        _two_engine_argv(prompts, output, vllm_engine, llama_engine, "--concurrency", "4"),
+        env=cli_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = _summary(result.stdout)
+    assert summary["done"] == 48
+    rows = complete_rows(output)
+    assert_exactly_once(rows, ids)
+    served_by = Counter()
+    for row in rows:
+        engine = vllm_engine if str(vllm_engine.port) in row["endpoint"] else llama_engine
+        served_by[engine.kind] += 1
+        assert_row_captures_the_completion(row, engine, tiny_tokenizer)
+    assert served_by["vllm"] > 0 and served_by["llama-server"] > 0, served_by
+
+
+def test_an_engine_dying_for_good_mid_run_leaves_its_work_to_the_other(
+    vllm_engine, make_llama_server, tmp_path, tiny_tokenizer
+):
+    doomed = make_llama_server().start()
+    prompts = tmp_path / "prompts.jsonl"
+    ids = write_prompts(prompts, KILL_TEST_SAMPLES, seed=19)
+    output = tmp_path / "out"
+    process = subprocess.Popen(
+        _two_engine_argv(prompts, output, vllm_engine, doomed, "--concurrency", "4",
+                         "--health-interval", "0.5"),
+        env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        _wait_for_rows(output, KILL_AFTER_ROWS, process)
+        doomed.kill()  # and it never comes back
+        assert len(complete_rows(output)) < KILL_TEST_SAMPLES, "the run finished before the kill"
+        stdout, stderr = process.communicate(timeout=400)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, stderr[-3000:]
+    summary = _summary(stdout)
+    rows = complete_rows(output)
+    assert_exactly_once(rows, ids)
+    for row in rows:
+        engine = vllm_engine if str(vllm_engine.port) in row["endpoint"] else doomed
+        assert_row_captures_the_completion(row, engine, tiny_tokenizer)
+    assert summary["done"] == KILL_TEST_SAMPLES
+    assert summary["done"] + summary["failed"] + summary["skipped"] + summary["remaining"] == summary["input"]
