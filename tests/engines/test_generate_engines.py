@@ -124,6 +124,19 @@ def test_generate_writes_a_complete_row_per_prompt(engine, tmp_path, stream, tin
     assert summary["output_tokens"] == sum(row["completion_tokens"] for row in rows)
 
 
+def spawn_generate(argv: list[str], log_dir: Path) -> subprocess.Popen:
+    """Start generate in the background; stderr goes to a file so a chatty run never blocks on a pipe."""
+    stderr = (log_dir / "generate.stderr").open("w")
+    process = subprocess.Popen(argv, env=cli_env(), stdout=subprocess.PIPE, stderr=stderr, text=True)
+    process.stderr_path = log_dir / "generate.stderr"
+    stderr.close()
+    return process
+
+
+def stderr_tail(process: subprocess.Popen) -> str:
+    return process.stderr_path.read_text()[-3000:]
+
+
 def _wait_for_rows(output: Path, at_least: int, process: subprocess.Popen, timeout: float = 120) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -132,7 +145,7 @@ def _wait_for_rows(output: Path, at_least: int, process: subprocess.Popen, timeo
             return count
         if process.poll() is not None:
             raise AssertionError(f"generate exited ({process.returncode}) before writing {at_least} rows:\n"
-                                 f"{process.stderr.read()[-3000:] if process.stderr else ''}")
+                                 f"{stderr_tail(process)}")
         time.sleep(0.02)
     raise AssertionError(f"fewer than {at_least} rows after {timeout} s")
 
@@ -146,10 +159,10 @@ def test_engine_killed_mid_run_and_restarted_the_run_finishes_with_every_sample_
     prompts = tmp_path / "prompts.jsonl"
     ids = write_prompts(prompts, KILL_TEST_SAMPLES, seed=11)
     output = tmp_path / "out"
-    process = subprocess.Popen(
+    process = spawn_generate(
         generate_argv(prompts, output, engine, "--concurrency", "8", "--health-interval", "0.5",
                       "--endpoint-wait", "240", "--max-retries", "20"),
-        env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        tmp_path,
     )
     try:
         _wait_for_rows(output, KILL_AFTER_ROWS, process)
@@ -158,11 +171,11 @@ def test_engine_killed_mid_run_and_restarted_the_run_finishes_with_every_sample_
         assert rows_at_kill < KILL_TEST_SAMPLES, "the run finished before the engine was killed"
         time.sleep(1.0)  # in-flight requests fail; the client must hold them, not drop them
         engine.start()
-        stdout, stderr = process.communicate(timeout=400)
+        stdout, _ = process.communicate(timeout=400)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 0, stderr[-3000:]
+    assert process.returncode == 0, stderr_tail(process)
     summary = _summary(stdout)
     rows = complete_rows(output)
     assert_exactly_once(rows, ids)
@@ -179,9 +192,9 @@ def test_engine_and_client_crash_then_rerun_resumes_without_loss_or_duplicates(e
     prompts = tmp_path / "prompts.jsonl"
     ids = write_prompts(prompts, KILL_TEST_SAMPLES, seed=13)
     output = tmp_path / "out"
-    process = subprocess.Popen(
+    process = spawn_generate(
         generate_argv(prompts, output, engine, "--concurrency", "8"),
-        env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        tmp_path,
     )
     try:
         _wait_for_rows(output, KILL_AFTER_ROWS, process)
@@ -246,20 +259,20 @@ def test_an_engine_dying_for_good_mid_run_leaves_its_work_to_the_other(
     prompts = tmp_path / "prompts.jsonl"
     ids = write_prompts(prompts, KILL_TEST_SAMPLES, seed=19)
     output = tmp_path / "out"
-    process = subprocess.Popen(
+    process = spawn_generate(
         _two_engine_argv(prompts, output, vllm_engine, doomed, "--concurrency", "4",
                          "--health-interval", "0.5"),
-        env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        tmp_path,
     )
     try:
         _wait_for_rows(output, KILL_AFTER_ROWS, process)
         doomed.kill()  # and it never comes back
         assert len(complete_rows(output)) < KILL_TEST_SAMPLES, "the run finished before the kill"
-        stdout, stderr = process.communicate(timeout=400)
+        stdout, _ = process.communicate(timeout=400)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 0, stderr[-3000:]
+    assert process.returncode == 0, stderr_tail(process)
     summary = _summary(stdout)
     rows = complete_rows(output)
     assert_exactly_once(rows, ids)

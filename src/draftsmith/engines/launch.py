@@ -266,7 +266,7 @@ def llama_server(
     alias: str = "tiny",
     ctx_size: int = 16384,
     parallel: int = 8,
-    threads: int = 2,
+    threads: int = 1,
     reasoning_format: str = "deepseek",
     extra_args: Sequence[str] = (),
     env: dict[str, str] | None = None,
@@ -274,7 +274,12 @@ def llama_server(
     startup_timeout_s: float = 60.0,
     binary: str | Path | None = None,
 ) -> EngineServer:
-    """An (unstarted) llama-server for a GGUF file; `ctx_size` is shared by the `parallel` slots."""
+    """An (unstarted) llama-server for a GGUF file; `ctx_size` is shared by the `parallel` slots.
+
+    One thread by default: llama.cpp's threads meet at spinning barriers every token, and on a
+    shared 2-core machine (CI, a laptop running tests) `-t 2` measured 5x slower than `-t 1` for
+    the tiny target (about 150 vs 850 tok/s sequential). Give a real model more.
+    """
     port = port or free_port()
     argv = [
         str(binary or llama_server_binary()), "-m", str(gguf_path), "-a", alias,
