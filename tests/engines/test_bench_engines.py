@@ -1,0 +1,74 @@
+"""`draftsmith bench` against real engines: a small concurrency sweep producing contract-3 JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import draftsmith
+from draftsmith.tiny import synthetic_prompts
+
+pytestmark = pytest.mark.timeout(400)
+
+SRC = str(Path(draftsmith.__file__).resolve().parents[1])
+LEVELS = (1, 4, 8)
+REQUESTS_PER_LEVEL = 16
+MAX_TOKENS = 128
+# What `/v1/models` says owns the model, which bench reports as the engine.
+ENGINE_NAME = {"vllm": "vllm", "llama-server": "llamacpp"}
+
+
+# llama-server closes the connection after every streamed response although it answers
+# "Keep-Alive: timeout=5, max=100"; the pooled aiohttp client then writes the next request into a
+# closed socket ("Can not write request body"). generate survives it by retrying; bench counts it
+# as a failed request. Strict: this turns red once the client handles it, so the mark gets removed.
+LLAMA_STREAM_RECONNECT = pytest.mark.xfail(
+    strict=True, reason="client reuses connections llama-server closed after a stream")
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streaming", "blocking"])
+def test_bench_sweeps_concurrency_and_writes_the_plan_json(engine, tmp_path, stream, request):
+    if stream and engine.kind == "llama-server":
+        request.applymarker(LLAMA_STREAM_RECONNECT)
+    prompts = tmp_path / "prompts.jsonl"
+    with prompts.open("w") as handle:
+        for row in synthetic_prompts(32, seed=3):
+            handle.write(json.dumps(row) + "\n")
+    out = tmp_path / "bench.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])))
+    argv = [
+        sys.executable, "-m", "draftsmith", "bench", str(prompts), "--endpoint", engine.api_url,
+        "--out", str(out), "--concurrency", ",".join(map(str, LEVELS)),
+        "--requests", str(REQUESTS_PER_LEVEL), "--max-tokens", str(MAX_TOKENS), "--temperature", "0",
+        "--stream" if stream else "--no-stream",
+    ]
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    report = json.loads(out.read_text())
+    assert report["kind"] == "draftsmith.bench" and report["version"] == 1
+    assert report["engine"] == ENGINE_NAME[engine.kind]
+    assert report["model"] == engine.model_name
+    assert str(engine.port) in report["endpoint"]
+    assert report["max_tokens"] == MAX_TOKENS
+    levels = report["results"]
+    assert [level["concurrency"] for level in levels] == list(LEVELS)
+    for level in levels:
+        assert level["requests"] == REQUESTS_PER_LEVEL
+        assert level["output_tokens_per_s"] > 0 and level["requests_per_s"] > 0
+        assert 0 < level["latency_p50_s"] <= level["latency_p99_s"]
+        # Real thinking completions of the tiny target: tens of tokens, under the cap.
+        assert 10 < level["mean_output_tokens"] <= MAX_TOKENS
+        if stream:
+            assert level["ttft_p50_s"] is not None and 0 < level["ttft_p50_s"] <= level["latency_p50_s"]
+        else:
+            assert level["ttft_p50_s"] is None
+    knee = report["knee"]
+    by_level = {level["concurrency"]: level for level in levels}
+    assert knee["concurrency"] in by_level
+    assert knee["output_tokens_per_s"] == pytest.approx(by_level[knee["concurrency"]]["output_tokens_per_s"])
