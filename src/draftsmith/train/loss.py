@@ -43,30 +43,38 @@ class LossOutput:
     blocks: torch.Tensor  # [] number of blocks with at least one label
 
 
-def dflash_loss(
-    logits: torch.Tensor, labels: torch.Tensor, label_mask: torch.Tensor, weights: torch.Tensor
-) -> LossOutput:
-    """logits [..., B-1, V], labels/label_mask [..., B-1], weights [B-1]."""
-    vocab = logits.shape[-1]
-    ce = F.cross_entropy(logits.reshape(-1, vocab).float(), labels.reshape(-1), reduction="none").view(labels.shape)
+def _weighted_loss(ce: torch.Tensor, hit: torch.Tensor, label_mask: torch.Tensor, weights: torch.Tensor) -> LossOutput:
+    """The weighted loss and its statistics from per-prediction CE and greedy hits [..., B-1]."""
     full_weights = label_mask * weights.to(label_mask.device)
+    weighted_ce_sum = (ce * full_weights).sum()
     weight_sum = full_weights.sum()
-    loss = (ce * full_weights).sum() / weight_sum.clamp_min(1e-12)
+    loss = weighted_ce_sum / weight_sum.clamp_min(1e-12)
     with torch.no_grad():
-        hit = (logits.argmax(-1) == labels).float() * label_mask
+        hit = hit * label_mask
         reduce_dims = tuple(range(hit.dim() - 1))
         # A block drafts correctly up to its first miss; masked offsets end the prefix as well.
         prefix = torch.cumprod(hit, dim=-1).sum(-1)
         has_labels = label_mask[..., 0] > 0
         return LossOutput(
             loss=loss,
-            weighted_ce_sum=(ce * full_weights).sum().detach(),
+            weighted_ce_sum=weighted_ce_sum.detach(),
             weight_sum=weight_sum.detach(),
             correct=hit.sum(reduce_dims),
             counted=label_mask.sum(reduce_dims),
             accepted_prefix=(prefix * has_labels).sum(),
             blocks=has_labels.sum(),
         )
+
+
+def dflash_loss(
+    logits: torch.Tensor, labels: torch.Tensor, label_mask: torch.Tensor, weights: torch.Tensor
+) -> LossOutput:
+    """logits [..., B-1, V], labels/label_mask [..., B-1], weights [B-1]."""
+    vocab = logits.shape[-1]
+    ce = F.cross_entropy(logits.reshape(-1, vocab).float(), labels.reshape(-1), reduction="none").view(labels.shape)
+    with torch.no_grad():
+        hit = (logits.argmax(-1) == labels).float()
+    return _weighted_loss(ce, hit, label_mask, weights)
 
 
 def expected_weight_sum(block_size: int, gamma: float | None = None) -> float:
@@ -89,21 +97,7 @@ def dflash_loss_from_hidden(
     ce_selected = F.cross_entropy(selected_logits.float(), labels[keep], reduction="none")
     ce = torch.zeros(labels.shape, dtype=ce_selected.dtype, device=ce_selected.device)
     ce = ce.masked_scatter(keep, ce_selected)
-    full_weights = label_mask * weights.to(label_mask.device)
-    weight_sum = full_weights.sum()
-    loss = (ce * full_weights).sum() / weight_sum.clamp_min(1e-12)
     with torch.no_grad():
         hit = torch.zeros(labels.shape, dtype=torch.float32, device=labels.device)
         hit = hit.masked_scatter(keep, (selected_logits.argmax(-1) == labels[keep]).float())
-        reduce_dims = tuple(range(hit.dim() - 1))
-        prefix = torch.cumprod(hit, dim=-1).sum(-1)
-        has_labels = label_mask[..., 0] > 0
-        return LossOutput(
-            loss=loss,
-            weighted_ce_sum=(ce * full_weights).sum().detach(),
-            weight_sum=weight_sum.detach(),
-            correct=hit.sum(reduce_dims),
-            counted=label_mask.sum(reduce_dims),
-            accepted_prefix=(prefix * has_labels).sum(),
-            blocks=has_labels.sum(),
-        )
+    return _weighted_loss(ce, hit, label_mask, weights)
