@@ -261,3 +261,19 @@ def test_cli_audits_what_it_wrote_and_gates_on_the_verdict(tmp_path, tiny_target
     assert main(["tokenize", str(boilerplate), "-t", str(tiny_target_dir), "-o", str(tmp_path / "bad"),
                  "--workers", "1", "--no-progress"]) == 1
     assert "audit: FAIL" in capsys.readouterr().err
+
+
+def test_a_generate_output_directory_is_read_for_its_rows_only(tmp_path, tiny_target_dir):
+    from draftsmith.audit import audit_conversations
+
+    generated = tmp_path / "generated"
+    generated.mkdir()
+    write_jsonl(generated / "generated-s0of1-00000.jsonl", list(synthetic_conversations(10, seed=4)))
+    write_jsonl(generated / "generated-s0of1-00001.jsonl", list(synthetic_conversations(20, seed=5))[10:])
+    (generated / "summary-s0of1.json").write_text(json.dumps({"input": 21, "done": 20, "failed": 1}))
+    write_jsonl(generated / "failures-s0of1.jsonl", [{"id": "lost", "reason": "HTTP 400", "attempts": 1}])
+
+    summary = tokenize_dataset(generated, tiny_target_dir, tmp_path / "tok", TokenizeOptions(workers=1, progress=False))
+    assert summary.input_rows == 20 and summary.written == 20
+    report = audit_conversations([generated]).to_dict()
+    assert report["samples"] == 20 and report["bad_samples"] == 0, report

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from draftsmith.errors import InputError
+from draftsmith.generate.store import generated_row_files
 
 TOKENIZED_COLUMNS = ("id", "input_ids", "loss_mask", "num_tokens", "num_trainable", "finish_reason")
 CONVERSATION_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -72,6 +73,9 @@ def data_files(path: str | Path) -> list[Path]:
     saved = _dataset_dir_arrow_files(path)
     if saved is not None:
         return saved
+    generated = generated_row_files(path)
+    if generated:
+        return generated
     for pattern in ("*.parquet", "*.arrow", "*.jsonl", "*.ndjson", "*.json"):
         found = sorted(p for p in path.rglob(pattern) if p.is_file() and not p.name.startswith("."))
         if found:

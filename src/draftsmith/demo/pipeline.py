@@ -87,6 +87,7 @@ def run_demo(config: DemoConfig | None = None, log: Callable[[str], None] = prin
     from draftsmith.evaluate.speculative import evaluate_drafter
     from draftsmith.export.exporter import export_drafter
     from draftsmith.generate import GenerateConfig, generate
+    from draftsmith.generate.store import generated_row_files
     from draftsmith.model import DFlashDraftModel, load_drafter
     from draftsmith.plan import make_plan
     from draftsmith.serve.process import ServeProcess
@@ -143,12 +144,11 @@ def run_demo(config: DemoConfig | None = None, log: Callable[[str], None] = prin
         log(f"[demo] generated {summary.done} rows, "
             f"{summary.output_tokens_per_s:,.0f} output tok/s")
 
-    # The generate directory also holds its summary and failures files; only row shards are data.
-    row_files = sorted((work / "generated").glob("generated-*.jsonl"))
+    row_files = generated_row_files(work / "generated") or []
 
     with _stage("tokenize + audit", timings, log):
         tokenized = work / "tokenized"
-        tokenize_dataset(row_files, target, tokenized,
+        tokenize_dataset([work / "generated"], target, tokenized,
                          TokenizeOptions(overwrite=True, progress=False, workers=1))
         report = audit_tokenized(tokenized, tokenizer=str(target))
         log(f"[demo] audit: {report.verdict}")

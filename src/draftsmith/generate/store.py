@@ -32,6 +32,19 @@ ROW_GLOB = "generated-*.jsonl"
 _ID_PREFIX = re.compile(r'\{"id": ("(?:[^"\\]|\\.)*"),')
 
 
+def generated_row_files(directory: str | Path) -> list[Path] | None:
+    """The row shards of a `generate` output directory, or None when `directory` is not one.
+
+    Readers given such a directory (tokenize, audit) must take only these: the summary and
+    failures files beside them are bookkeeping, not conversation rows.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None
+    rows = sorted(path for path in directory.glob(ROW_GLOB) if path.is_file())
+    return rows or None
+
+
 def shard_tag(index: int, count: int) -> str:
     return f"s{index}of{count}"
 

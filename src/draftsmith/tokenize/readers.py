@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from draftsmith.errors import InputError
+from draftsmith.generate.store import generated_row_files
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
 PARQUET_SUFFIXES = (".parquet",)
@@ -68,6 +69,10 @@ def expand_inputs(inputs: Iterable[str | Path]) -> list[Path]:
         if not path.exists():
             raise InputError(f"{path}: input does not exist")
         if path.is_dir() and not _is_datasets_dir(path):
+            generated = generated_row_files(path)
+            if generated:
+                paths.extend(generated)
+                continue
             found = sorted(
                 child
                 for child in path.iterdir()
