@@ -57,8 +57,6 @@ def main(argv: list[str] | None = None) -> int:
     except DraftsmithError as error:
         typer.echo(f"draftsmith: error: {error}", err=True)
         return error.exit_code
-    except typer.Exit as exit_:
-        return exit_.exit_code
     except (typer.Abort, KeyboardInterrupt):
         typer.echo("draftsmith: interrupted", err=True)
         return 130

@@ -67,28 +67,25 @@ def _started(server: EngineServer) -> EngineServer:
     return server
 
 
-@pytest.fixture(scope="session")
-def _vllm_session(tiny_target_dir, engine_log_dir):
+def _session_server(make_server, model: Path, log_path: Path):
     try:
-        server = vllm_server(tiny_target_dir, log_path=engine_log_dir / "vllm.log")
+        server = make_server(model, log_path=log_path)
     except EngineNotInstalled as error:
         engine_unavailable(str(error))
     try:
         yield _started(server)
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def _vllm_session(tiny_target_dir, engine_log_dir):
+    yield from _session_server(vllm_server, tiny_target_dir, engine_log_dir / "vllm.log")
 
 
 @pytest.fixture(scope="session")
 def _llama_session(tiny_gguf, engine_log_dir):
-    try:
-        server = llama_server(tiny_gguf, log_path=engine_log_dir / "llama-server.log")
-    except EngineNotInstalled as error:
-        engine_unavailable(str(error))
-    try:
-        yield _started(server)
-    finally:
-        server.stop()
+    yield from _session_server(llama_server, tiny_gguf, engine_log_dir / "llama-server.log")
 
 
 def _running(server: EngineServer) -> EngineServer:

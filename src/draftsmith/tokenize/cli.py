@@ -95,5 +95,5 @@ def register(app: typer.Typer) -> None:
                 error.summary.render(console)
             raise
         summary.render(console)
-        if audit and _run_audit(out, tokenizer, console) is False:
+        if audit and not _run_audit(out, tokenizer, console):
             raise typer.Exit(1)
