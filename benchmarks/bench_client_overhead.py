@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from draftsmith.generate import ChatClient, GenerateConfig, GuardConfig, generate  # noqa: E402
-from draftsmith.generate.loop import loop_factory, run_async  # noqa: E402
+from draftsmith.core.asyncrun import loop_factory, run_async  # noqa: E402
 from draftsmith.serve.process import ServeProcess  # noqa: E402
 from draftsmith.tiny import synthetic_prompts  # noqa: E402
 

@@ -11,7 +11,7 @@ import sys
 import typer
 
 from draftsmith import __version__
-from draftsmith.errors import DraftsmithError
+from draftsmith.core.errors import DraftsmithError
 
 app = typer.Typer(
     name="draftsmith",

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from draftsmith.audit import audit_conversations
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.tiny import synthetic_conversations
 
 from .conftest import write_jsonl

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from draftsmith.audit import AuditReport, Thresholds, audit_tokenized
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 
 from .conftest import TOKENIZED_SCHEMA, encode, tokenize_conversation, write_shards
 

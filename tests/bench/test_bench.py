@@ -8,7 +8,7 @@ import pytest
 
 from draftsmith.bench import BenchConfig, LevelResult, find_knee, load_bench, percentile, run_bench
 from draftsmith.cli import main
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.serve.process import ServeProcess
 from draftsmith.tiny import synthetic_prompts
 

@@ -6,7 +6,7 @@ import pytest
 
 from draftsmith.cli import main
 from draftsmith.demo import DemoConfig, run_demo
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from draftsmith.cli import main
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.evaluate import (
     LosslessnessError,
     evaluate_drafter,

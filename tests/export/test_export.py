@@ -7,7 +7,7 @@ import torch
 from safetensors import safe_open
 
 from draftsmith.cli import main
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.export import export_drafter
 from draftsmith.model import (
     DFlashDraftModel,

@@ -8,10 +8,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.generate.guard import GuardConfig, QualityGuard
 from draftsmith.generate.inputs import content_hash_id, load_prompts, shard_of
-from draftsmith.generate.reasoning import extract_reasoning, split_think
+from draftsmith.data.reasoning import extract_reasoning, split_think
 from draftsmith.generate.store import OutputStore, scan_done_ids
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.model import (
     DFlashConfig,
     DFlashDraftModel,

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.plan import PlanInputs, RateMismatchError, cluster_tokens_per_s, gpus_needed, make_plan
 
 STORY = dict(samples=914_000, output_mean=2_500)

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.plan import build_inputs, load_config_file, make_plan
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.plan.rates import RateMismatchError, RateSource, choose_rate, compare
 from draftsmith.plan.units import parse_rate
 

@@ -1,6 +1,6 @@
 import pytest
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.plan.units import (
     format_bytes,
     format_count,

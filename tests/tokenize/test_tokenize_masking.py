@@ -349,7 +349,7 @@ def test_enable_thinking_false_prompt_gives_the_same_mask(make_masker):
 def test_end_of_turn_from_generation_config_or_option(tmp_path, tiny_target_dir, tiny_tokenizer):
     import json as _json
 
-    from draftsmith.errors import InputError
+    from draftsmith.core.errors import InputError
     from draftsmith.tokenize.masking import ChatMasker, MaskerConfig
 
     # A Llama-3-like setup: turns end with a token that is not the tokenizer's eos.

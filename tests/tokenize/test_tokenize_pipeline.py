@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from draftsmith.cli import main
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.tiny import synthetic_conversations, synthetic_prompts
 from draftsmith.tokenize import TokenizeError, TokenizeOptions, tokenize_dataset
 from tokenize_helpers import generation_marker_template, save_tokenizer_with_template, write_jsonl

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.tokenize.readers import count_rows, expand_inputs, iter_records, normalize_row
 from tokenize_helpers import write_jsonl
 

@@ -4,7 +4,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.train.data import load_tokenized, write_tokenized
 
 ROWS = [

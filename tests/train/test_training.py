@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from draftsmith.cli import main
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.tiny import synthetic_prompts
 from draftsmith.train import FeatureStore, TrainConfig, extract_features, load_tokenized, regenerate_locally, train_drafter
 from draftsmith.train.distributed import init_distributed

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 
 
 def _thresholds_epilog() -> str:

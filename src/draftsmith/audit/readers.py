@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.generate.store import generated_row_files
 
 TOKENIZED_COLUMNS = ("id", "input_ids", "loss_mask", "num_tokens", "num_trainable", "finish_reason")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 
 
 @dataclass

@@ -20,7 +20,7 @@ from draftsmith.audit.readers import data_files, iter_tokenized_batches
 from draftsmith.audit.report import EXAMPLES, AuditReport, Check, Dominant
 from draftsmith.audit.thresholds import Thresholds, coerce_thresholds
 from draftsmith.audit.tokens import TokenizerInfo, load_tokenizer
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 
 MAX_ERRORS = 50
 #: span candidates kept per batch: a span holding share s of the dataset holds >= s of some batch,

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 
 _PROBE = "Zq7audit"
 _END_OF_TURN_NAMES = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endofturn|>")

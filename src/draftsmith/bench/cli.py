@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 
 
 def parse_levels(text: str) -> tuple[int, ...]:

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from draftsmith.errors import DraftsmithError, InputError
-from draftsmith.generate.client import (
+from draftsmith.core.errors import DraftsmithError, InputError
+from draftsmith.client.chat import (
     ChatClient,
     ClientError,
     EndpointConnectionError,
@@ -31,7 +31,7 @@ from draftsmith.generate.client import (
     normalize_base_url,
 )
 from draftsmith.generate.inputs import load_prompts
-from draftsmith.generate.loop import run_async
+from draftsmith.core.asyncrun import run_async
 
 DEFAULT_CONCURRENCIES = (1, 8, 16, 32, 48, 64)
 

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from draftsmith.errors import DraftsmithError, InputError
+from draftsmith.core.errors import DraftsmithError, InputError
 
 
 @dataclass

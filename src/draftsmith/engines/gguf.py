@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from draftsmith.engines.install import engines_dir, llama_convert_script
-from draftsmith.errors import DraftsmithError
+from draftsmith.core.errors import DraftsmithError
 
 # Files whose content decides the GGUF: weights, config, tokenizer and chat template.
 _KEY_FILES = (

@@ -11,7 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
-from draftsmith.errors import DraftsmithError
+from draftsmith.core.errors import DraftsmithError
 
 INSTALL_VLLM_HINT = "bash engines/install_vllm.sh"
 BUILD_LLAMA_HINT = "bash engines/build_llama_server.sh"

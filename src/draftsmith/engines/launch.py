@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 
 from draftsmith.engines.install import llama_server_binary, vllm_python
-from draftsmith.errors import DraftsmithError
+from draftsmith.core.errors import DraftsmithError
 
 LOCALHOST = "127.0.0.1"
 

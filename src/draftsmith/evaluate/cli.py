@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        from draftsmith.errors import InputError
+        from draftsmith.core.errors import InputError
         from draftsmith.evaluate.speculative import LosslessnessError, _mismatch_message, evaluate_drafter
 
         if threads is not None:

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from draftsmith.errors import DraftsmithError, InputError
+from draftsmith.core.errors import DraftsmithError, InputError
 from draftsmith.model import (
     DFlashDraftModel,
     load_drafter,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.model import CONFIG_NAME, DFlashDraftModel, load_drafter, save_drafter
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -9,7 +9,7 @@ Public API:
 * ``load_prompts`` / ``PromptSample`` (prompt reading with stable ids), ``scan_done_ids``.
 """
 
-from draftsmith.generate.client import ChatClient, ChatResult, normalize_base_url
+from draftsmith.client.chat import ChatClient, ChatResult, normalize_base_url
 from draftsmith.generate.guard import GuardConfig, QualityGuard
 from draftsmith.generate.inputs import PromptSample, content_hash_id, load_prompts, shard_of
 from draftsmith.generate.pipeline import (
@@ -19,7 +19,7 @@ from draftsmith.generate.pipeline import (
     agenerate,
     generate,
 )
-from draftsmith.generate.reasoning import extract_reasoning, split_think
+from draftsmith.data.reasoning import extract_reasoning, split_think
 from draftsmith.generate.store import OutputStore, scan_done_ids
 
 __all__ = [

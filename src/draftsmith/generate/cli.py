@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 
 
 def parse_shard(text: str) -> tuple[int, int]:

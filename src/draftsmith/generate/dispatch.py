@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from draftsmith.generate.client import ChatClient, EndpointConnectionError, normalize_base_url
+from draftsmith.client.chat import ChatClient, EndpointConnectionError, normalize_base_url
 
 
 @dataclass

@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from draftsmith.errors import DraftsmithError, InputError
-from draftsmith.generate.client import (
+from draftsmith.core.errors import DraftsmithError, InputError
+from draftsmith.client.chat import (
     ChatClient,
     ChatResult,
     EndpointConnectionError,
@@ -34,7 +34,7 @@ from draftsmith.generate.client import (
 from draftsmith.generate.dispatch import Dispatcher, Endpoint
 from draftsmith.generate.guard import GuardConfig, QualityGuard
 from draftsmith.generate.inputs import PromptSample, load_prompts, shard_of
-from draftsmith.generate.loop import run_async
+from draftsmith.core.asyncrun import run_async
 from draftsmith.generate.progress import RunProgress
 from draftsmith.generate.store import OutputStore, count_row_ids
 

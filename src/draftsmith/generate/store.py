@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, TextIO
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 
 ROW_GLOB = "generated-*.jsonl"
 _ID_PREFIX = re.compile(r'\{"id": ("(?:[^"\\]|\\.)*"),')

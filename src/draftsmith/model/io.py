@@ -16,7 +16,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.model.config import DFlashConfig
 from draftsmith.model.drafter import DFlashDraftModel
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.plan.jsonfile import read_json_file
 
 BENCH_KIND = "draftsmith.bench"

@@ -16,11 +16,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.plan.bench_result import BenchSummary, load_bench
 from draftsmith.plan.distribution import LengthStats, summarize_lengths
 from draftsmith.plan.rates import DEFAULT_RATE_TOLERANCE, RateCheck, RateSource, choose_rate
-from draftsmith.plan.storage import StorageEstimate, estimate_hidden_state_storage, read_model_shape
+from draftsmith.model.storage import StorageEstimate, estimate_hidden_state_storage, read_model_shape
 from draftsmith.plan.units import (
     format_duration,
     parse_count,

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.plan.bench_result import load_bench
 from draftsmith.plan.capacity import PlanInputs, validate_inputs
 from draftsmith.plan.distribution import load_lengths, split_source_spec

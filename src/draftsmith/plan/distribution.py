@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 
 TAIL_FRACTION = 0.10
 _PARQUET_SUFFIXES = {".parquet", ".pq"}

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 
 
 def read_json_file(path: Path, what: str) -> Any:

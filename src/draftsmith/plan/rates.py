@@ -13,7 +13,7 @@ import math
 
 from pydantic import BaseModel
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.plan.units import (
     TIME_UNIT_SECONDS,
     Rate,

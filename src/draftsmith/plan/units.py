@@ -10,7 +10,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 
 # Decimal magnitudes for token counts ("5.4M" tokens). "B" and "G" both mean 1e9 for counts.
 COUNT_SUFFIXES: dict[str, float] = {

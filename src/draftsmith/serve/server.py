@@ -35,8 +35,8 @@ from typing import Any
 
 from aiohttp import web
 
-from draftsmith.generate.loop import run_async
-from draftsmith.generate.reasoning import split_think as split_reasoning
+from draftsmith.core.asyncrun import run_async
+from draftsmith.data.reasoning import split_think as split_reasoning
 
 REASONING_FIELDS = ("reasoning_content", "reasoning", "inline")
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 
 
 def _parse_template_args(values: list[str]) -> dict[str, Any]:

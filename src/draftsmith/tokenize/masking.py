@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 
 GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
 PROBE_CONTENTS = ("A", "B")

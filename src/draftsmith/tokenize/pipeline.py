@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from draftsmith.errors import DraftsmithError, InputError
+from draftsmith.core.errors import DraftsmithError, InputError
 from draftsmith.tokenize.masking import POLICY_REASONS, ChatMasker, MaskedRow, MaskerConfig, RowDropped
 from draftsmith.tokenize.readers import RawRecord, count_rows, expand_inputs, iter_records, normalize_row
 from draftsmith.tokenize.writer import SUMMARY_NAME, ShardWriter, prepare_output_dir, write_json_atomic, written_ids

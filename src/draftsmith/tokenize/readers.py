@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.generate.store import generated_row_files
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")

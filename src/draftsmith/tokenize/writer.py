@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 
 SHARD_PATTERN = "part-{index:05d}.parquet"
 SUMMARY_NAME = "tokenize_summary.json"

@@ -11,7 +11,7 @@ import typer
 def _layer_ids(text: str | None) -> list[int] | None:
     if not text:
         return None
-    from draftsmith.errors import InputError
+    from draftsmith.core.errors import InputError
 
     try:
         return [int(part) for part in text.split(",") if part.strip()]
@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
         log_every: int = typer.Option(10, min=1),
     ) -> None:
         """Train a DFlash drafter, online (target in the loop) or offline (--offline FEATURES)."""
-        from draftsmith.errors import InputError
+        from draftsmith.core.errors import InputError
         from draftsmith.train.trainer import TrainConfig, train_drafter
 
         if dtype not in ("auto", "fp32", "bf16"):

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 
 
 @dataclass

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.train.data import TokenizedDataset, check_vocabulary, load_tokenized
 
 INDEX_NAME = "index.json"
@@ -86,7 +86,7 @@ def _write_json_atomic(path: Path, payload: dict) -> None:
 
 
 def storage_estimate(hidden_size: int, num_layers: int, dataset: TokenizedDataset, dtype: str, out_dir: Path):
-    from draftsmith.plan import estimate_hidden_state_storage
+    from draftsmith.model.storage import estimate_hidden_state_storage
 
     probe = out_dir if out_dir.exists() else next((p for p in out_dir.parents if p.exists()), Path("/"))
     return estimate_hidden_state_storage(

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 
 EMBED_KEYS = ("model.embed_tokens.weight", "embed_tokens.weight", "model.language_model.embed_tokens.weight")
 HEAD_KEYS = ("lm_head.weight",)

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.train.anchors import anchor_generator, sample_anchors, valid_anchor_positions
 from draftsmith.train.blocks import BlockBatch, build_block_batch
 from draftsmith.train.data import TokenizedDataset, check_vocabulary, load_tokenized

@@ -24,7 +24,7 @@ from typing import Any
 
 import aiohttp
 
-from draftsmith.generate.reasoning import extract_reasoning
+from draftsmith.data.reasoning import extract_reasoning
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 # Resends of a request whose pooled connection the server had already closed (see ChatClient._post).

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from draftsmith.errors import InputError
-from draftsmith.plan import StorageEstimate, estimate_hidden_state_storage, read_model_shape
+from draftsmith.core.errors import InputError
+from draftsmith.model.storage import StorageEstimate, estimate_hidden_state_storage, read_model_shape
 
 
 def test_the_27b_story_by_hand():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from draftsmith.errors import InputError
+from draftsmith.core.errors import InputError
 from draftsmith.plan.jsonfile import read_json_file
 from draftsmith.plan.units import format_bytes, format_count
 

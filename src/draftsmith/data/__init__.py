@@ -1,0 +1,1 @@
+"""Every row format draftsmith reads or writes, and both data contracts (generated and tokenized rows)."""
