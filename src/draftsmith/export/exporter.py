@@ -15,10 +15,10 @@ from pathlib import Path
 
 import torch
 
+from draftsmith.core.config import torch_dtype
 from draftsmith.core.errors import InputError
 from draftsmith.model import CONFIG_NAME, DFlashDraftModel, load_drafter, save_drafter
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass
@@ -128,9 +128,10 @@ def export_drafter(
         model = load_drafter(source)
     else:
         model = drafter.eval()
-    if dtype is not None and dtype not in _DTYPES:
-        raise InputError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
-    target_dtype = _DTYPES[dtype] if dtype else model.fc.weight.dtype
+    try:
+        target_dtype = torch_dtype(dtype) if dtype else model.fc.weight.dtype
+    except ValueError as error:
+        raise InputError(f"dtype {error}") from None
     dtype_name = str(target_dtype).removeprefix("torch.")
     for name, parameter in model.named_parameters():
         if not torch.isfinite(parameter).all():

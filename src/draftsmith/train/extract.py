@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from draftsmith.core.errors import InputError
+from draftsmith.train.config import ExtractConfig
 from draftsmith.train.data import TokenizedDataset, check_vocabulary, load_tokenized
 
 INDEX_NAME = "index.json"
@@ -29,14 +30,6 @@ FEATURES_KIND = "draftsmith.features"
 FEATURES_VERSION = 1
 SHARD_TARGET_BYTES = 1 << 30
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-
-
-def _dtype_name(name: str) -> str:
-    aliases = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "half": "float16", "float": "float32"}
-    name = aliases.get(name, name)
-    if name not in DTYPES:
-        raise InputError(f"unknown feature dtype {name!r}; use one of {', '.join(DTYPES)}")
-    return name
 
 
 def resolve_layer_ids(target_config, num_features: int, target_layer_ids: list[int] | None) -> list[int]:
@@ -121,8 +114,13 @@ def extract_features(
     from draftsmith.train.target import load_target_config, load_target_model
 
     started = time.perf_counter()
-    target, out = Path(target), Path(out)
-    dtype = _dtype_name(dtype)
+    # One validation of the settings (dtype spellings, bounds) for the CLI and the Python API alike.
+    settings = ExtractConfig(
+        target=target, data=data, out=out, num_features=num_features, target_layer_ids=target_layer_ids,
+        dtype=dtype, max_length=max_length, batch_size=batch_size, samples_per_shard=samples_per_shard,
+        device=device, force=force, progress=progress,
+    )
+    target, out, dtype = settings.target, settings.out, settings.dtype
     target_config = load_target_config(target)
     dataset = load_tokenized(data, max_length=max_length)
     check_vocabulary(dataset, target_config.vocab_size)
