@@ -17,6 +17,7 @@ def evaluate(config: EvalConfig, as_json: bool = False) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from draftsmith.core.config import torch_dtype
+    from draftsmith.core.io import write_atomic
     from draftsmith.evaluate.speculative import LosslessnessError, _mismatch_message, evaluate_drafter
 
     if config.threads is not None:
@@ -40,9 +41,7 @@ def evaluate(config: EvalConfig, as_json: bool = False) -> None:
         )
     if config.out is not None:
         config.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = config.out.with_name(config.out.name + ".tmp")
-        tmp.write_text(report.to_json() + "\n")
-        tmp.replace(config.out)
+        write_atomic(config.out, report.to_json() + "\n")
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2))
     else:

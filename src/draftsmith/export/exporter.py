@@ -17,6 +17,8 @@ import torch
 
 from draftsmith.core.config import torch_dtype
 from draftsmith.core.errors import InputError
+from draftsmith.core.io import publish
+from draftsmith.core.lock import lock_directory
 from draftsmith.model import CONFIG_NAME, DFlashDraftModel, load_drafter, save_drafter
 
 
@@ -122,6 +124,12 @@ def export_drafter(
 ) -> ExportResult:
     """Write the serving checkpoint for `drafter` (a directory, train output dir, or model) to `out`."""
     out = Path(out)
+    # `out` itself is replaced by a rename at the end, so its lock lives next to it.
+    with lock_directory(out, "export", lock_file=out.parent / f".{out.name}.draftsmith.lock"):
+        return _export(drafter, out, dtype, overwrite, check_reference)
+
+
+def _export(drafter, out: Path, dtype: str | None, overwrite: bool, check_reference: bool) -> ExportResult:
     source: Path | None = None
     if isinstance(drafter, (str, Path)):
         source = resolve_drafter_dir(drafter)
@@ -161,7 +169,7 @@ def export_drafter(
 
     if out.exists():
         shutil.rmtree(out)
-    staging.rename(out)
+    publish(staging, out)
     return ExportResult(
         path=out,
         source=source,

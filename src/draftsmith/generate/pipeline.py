@@ -26,6 +26,7 @@ from pydantic.dataclasses import dataclass as config_dataclass
 
 from draftsmith.core.config import cli
 from draftsmith.core.errors import DraftsmithError, InputError
+from draftsmith.core.lock import lock_directory
 from draftsmith.client.chat import (
     ChatClient,
     ChatResult,
@@ -40,7 +41,7 @@ from draftsmith.generate.guard import GuardConfig, QualityGuard
 from draftsmith.generate.inputs import PromptSample, load_prompts, shard_of
 from draftsmith.core.asyncrun import run_async
 from draftsmith.generate.progress import RunProgress
-from draftsmith.generate.store import OutputStore, count_row_ids
+from draftsmith.generate.store import OutputStore, count_row_ids, shard_tag
 
 ORDERS = ("input", "longest-first", "prefix")
 
@@ -525,6 +526,15 @@ async def agenerate(config: GenerateConfig, log: Callable[[str], None] | None = 
     ``summary.stopped_reason`` say what happened (the CLI turns it into exit code 3).
     """
     config.validate()
+    # One writer per shard of an output directory: two runs of one shard would duplicate rows, while
+    # different shards (other nodes) may share the directory.
+    tag = shard_tag(config.shard_index, config.shard_count)
+    with lock_directory(config.output_dir, f"generate shard {config.shard_index}/{config.shard_count}",
+                        lock_file=Path(config.output_dir) / f".draftsmith.{tag}.lock"):
+        return await _agenerate(config, log)
+
+
+async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) -> GenerateSummary:
     from rich.console import Console
 
     console = Console(stderr=True)

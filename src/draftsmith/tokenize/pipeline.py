@@ -21,9 +21,11 @@ from pydantic import BaseModel, Field
 
 from draftsmith.core.config import cli
 from draftsmith.core.errors import DraftsmithError, InputError
+from draftsmith.core.io import write_json_atomic
+from draftsmith.core.lock import lock_directory
 from draftsmith.tokenize.masking import POLICY_REASONS, ChatMasker, MaskedRow, MaskerConfig, RowDropped
 from draftsmith.tokenize.readers import RawRecord, count_rows, expand_inputs, iter_records, normalize_row
-from draftsmith.tokenize.writer import SUMMARY_NAME, ShardWriter, prepare_output_dir, write_json_atomic, written_ids
+from draftsmith.tokenize.writer import SUMMARY_NAME, ShardWriter, prepare_output_dir, written_ids
 
 EXAMPLES_PER_REASON = 3
 # Give up early when a template cannot mask anything: no point tokenizing a million rows to drop them.
@@ -299,8 +301,19 @@ def tokenize_dataset(
 
     Raises `InputError` for malformed input (naming the file and line) and `TokenizeError` when
     more than `options.max_error_share` of the rows could not be masked correctly; the shards
-    and `tokenize_summary.json` are written either way.
+    and `tokenize_summary.json` are written either way. A second run on the same `output_dir`
+    while this one holds it is refused.
     """
+    with lock_directory(output_dir, "tokenize"):
+        return _tokenize_dataset(inputs, tokenizer_path, output_dir, options)
+
+
+def _tokenize_dataset(
+    inputs: str | Path | Iterable[str | Path],
+    tokenizer_path: str | Path,
+    output_dir: str | Path,
+    options: TokenizeOptions | None,
+) -> TokenizeSummary:
     options = options or TokenizeOptions()
     if options.resume and options.overwrite:
         raise InputError("choose one of resume and overwrite")

@@ -19,9 +19,9 @@ and resume continues with exactly the micro-batches that would have come next.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-import os
 import random
 import shutil
 import time
@@ -33,6 +33,8 @@ import numpy as np
 import torch
 
 from draftsmith.core.config import torch_dtype
+from draftsmith.core.io import publish, write_json_atomic
+from draftsmith.core.lock import lock_directory
 from draftsmith.core.errors import InputError
 from draftsmith.train.anchors import anchor_generator, sample_anchors, valid_anchor_positions
 from draftsmith.train.blocks import BlockBatch, build_block_batch
@@ -281,7 +283,7 @@ def _save_checkpoint(trainer: DrafterTrainer, optimizer, scheduler, state: dict,
     )
     if final.exists():
         shutil.rmtree(final)
-    os.replace(partial, final)
+    publish(partial, final)
     finished = sorted(path for path in root.glob("step-*") if (path / STATE_FILE).exists())
     for old in finished[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
@@ -339,7 +341,9 @@ def train_drafter(config: TrainConfig) -> TrainResult:
         torch.set_num_threads(config.num_threads)
     context = init_distributed(config.device)
     try:
-        return _train(config, context, save_drafter)
+        # Every rank of one run writes --out; only the main rank holds its lock against other runs.
+        with lock_directory(config.out, "train") if context.is_main else contextlib.nullcontext():
+            return _train(config, context, save_drafter)
     finally:
         shutdown(context)
 
@@ -522,7 +526,7 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
         save_drafter(trainer.drafter, partial)
         if drafter_dir.exists():
             shutil.rmtree(drafter_dir)
-        os.replace(partial, drafter_dir)
+        publish(partial, drafter_dir)
     barrier(context)
     elapsed = time.perf_counter() - started
     if counted.sum() > 0:
@@ -547,7 +551,5 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
     if context.is_main:
         summary = result.to_dict()
         summary["losses"] = [list(item) for item in losses]
-        partial = out_dir / "train_summary.json.partial"
-        partial.write_text(json.dumps(summary, indent=1))
-        os.replace(partial, out_dir / "train_summary.json")
+        write_json_atomic(out_dir / "train_summary.json", summary, indent=1)
     return result
