@@ -48,8 +48,23 @@ STAGE_MODULES = (
     "tiny",
 )
 
+
+
+def audit_tokenized_output(output_dir, tokenizer: str, console) -> bool:
+    """tokenize's post-write gate: the audit stage on the shards just written (the tokenizer enables
+    the span checks). Composed here because a stage never imports another stage."""
+    from draftsmith.audit import audit_tokenized
+
+    report = audit_tokenized(output_dir, tokenizer=tokenizer)
+    report.render(console)
+    console.print(f"audit: {report.verdict}")
+    return bool(report.passed)
+
+
+STAGE_HOOKS = {"tokenize": {"gate": audit_tokenized_output}}
+
 for _stage in STAGE_MODULES:
-    importlib.import_module(f"draftsmith.{_stage}.cli").register(app)
+    importlib.import_module(f"draftsmith.{_stage}.cli").register(app, **STAGE_HOOKS.get(_stage, {}))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from draftsmith.core.errors import InputError
+
+
+def read_json_file(path: Path, what: str) -> Any:
+    """A small JSON file, with errors that name it (``what``: "bench file", "model config")."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such {what}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise InputError(f"{path}: not valid JSON ({error})") from None
+
 
 def temporary_name(path: str | Path) -> Path:
     """``dir/.name.tmp``: hidden, and next to ``path`` (a same-filesystem rename)."""

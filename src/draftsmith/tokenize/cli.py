@@ -1,25 +1,20 @@
-"""`draftsmith tokenize`: conversations -> masked Parquet shards, then an audit of what was written."""
+"""`draftsmith tokenize`: conversations -> masked Parquet shards, then a gate on what was written."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from draftsmith.core.config import config_command
 
-
-def _run_audit(output_dir: Path, tokenizer_path: str, console) -> bool:
-    """Audit the shards just written and print the verdict (the tokenizer enables span checks)."""
-    from draftsmith.audit import audit_tokenized
-
-    report = audit_tokenized(output_dir, tokenizer=tokenizer_path)
-    report.render(console)
-    console.print(f"audit: {report.verdict}")
-    return bool(report.passed)
+Gate = Callable[[Path, str, Any], bool]
 
 
-def tokenize(config, audit: bool = True) -> None:
+def tokenize(config, audit: bool = True, *, gate: Gate | None = None) -> None:
     """Apply the target's chat template and build loss masks (1 = assistant tokens to learn)."""
     from rich.console import Console
 
@@ -33,14 +28,17 @@ def tokenize(config, audit: bool = True) -> None:
             error.summary.render(console)
         raise
     summary.render(console)
-    if audit and not _run_audit(config.out, config.tokenizer, console):
+    if audit and gate is not None and not gate(config.out, config.tokenizer, console):
         raise typer.Exit(1)
 
 
-def register(app: typer.Typer) -> None:
+def register(app: typer.Typer, gate: Gate | None = None) -> None:
+    """``gate(out_dir, tokenizer, console) -> passed``: the check of the written shards behind
+    ``--audit``; the top-level CLI passes the audit stage's, since a stage never imports another."""
     from draftsmith.tokenize.pipeline import TokenizeConfig
 
-    config_command(
-        app, "tokenize", TokenizeConfig, tokenize,
-        extras={"audit": (bool, typer.Option(True, "--audit/--no-audit", help="Audit the written shards afterwards."))},
-    )
+    extras = {}
+    if gate is not None:
+        extras["audit"] = (bool, typer.Option(True, "--audit/--no-audit", help="Audit the written shards afterwards."))
+    config_command(app, "tokenize", TokenizeConfig, functools.partial(tokenize, gate=gate), extras=extras,
+                   help=tokenize.__doc__)
