@@ -46,12 +46,13 @@ def audit(config: AuditConfig, as_json: bool = False) -> None:
     from draftsmith.audit.readers import detect_kind
     from draftsmith.audit.thresholds import Thresholds
     from draftsmith.audit.tokenized import audit_tokenized
+    from draftsmith.core.progress import Progress
 
     limits = Thresholds.from_assignments(config.threshold)
     paths, tokenizer, max_context, plot = config.paths, config.tokenizer, config.max_context, config.plot
     chosen = detect_kind(paths) if config.kind == "auto" else config.kind
     stderr = Console(stderr=True)
-    with _progress(stderr) as progress:
+    with Progress("audit", unit="samples", console=stderr) as progress:
         if chosen == "tokenized":
             report = audit_tokenized(
                 paths, tokenizer=tokenizer, thresholds=limits, max_context=max_context, progress=progress
@@ -80,39 +81,3 @@ def register(app: typer.Typer) -> None:
     config_command(app, "audit", AuditConfig, audit, epilog=_thresholds_epilog(), extras={
         "as_json": (bool, typer.Option(False, "--json", help="Print the report as JSON on stdout.")),
     })
-
-
-class _progress:
-    """A rich progress bar on a terminal (rows, rate, ETA); silent otherwise."""
-
-    def __init__(self, console) -> None:
-        self.console = console
-        self.bar = None
-        self.task = None
-
-    def __enter__(self):
-        if not self.console.is_terminal:
-            return None
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self.bar = Progress(
-            TextColumn("auditing"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]}"),
-            TimeRemainingColumn(),
-            console=self.console,
-            transient=True,
-        )
-        self.bar.__enter__()
-        self.task = self.bar.add_task("audit", total=None, rate="")
-        return self.update
-
-    def update(self, done: int, total: int | None) -> None:
-        elapsed = self.bar.tasks[0].elapsed or 0.0
-        rate = f"{done / elapsed:,.0f} samples/s" if elapsed > 0 else ""
-        self.bar.update(self.task, completed=done, total=total, rate=rate)
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(*exc)

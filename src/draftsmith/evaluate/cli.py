@@ -14,19 +14,16 @@ def evaluate(config: EvalConfig, as_json: bool = False) -> None:
     """Run real speculative decoding; report tau, acceptance histogram, tokens/s and losslessness."""
     import torch
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from draftsmith.core.config import torch_dtype
     from draftsmith.core.io import write_atomic
+    from draftsmith.core.progress import Progress
     from draftsmith.evaluate.speculative import LosslessnessError, _mismatch_message, evaluate_drafter
 
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     err = Console(stderr=True)
-    with Progress(
-        TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err, transient=True
-    ) as bar:
-        task = bar.add_task("eval", total=None)
+    with Progress("eval", unit="prompts", console=err) as bar:
         report = evaluate_drafter(
             config.target,
             config.drafter,
@@ -37,7 +34,7 @@ def evaluate(config: EvalConfig, as_json: bool = False) -> None:
             enable_thinking=config.thinking,
             dtype=torch_dtype(config.dtype),
             strict=False,
-            progress=lambda done, total: bar.update(task, completed=done, total=total),
+            progress=bar,
         )
     if config.out is not None:
         config.out.parent.mkdir(parents=True, exist_ok=True)

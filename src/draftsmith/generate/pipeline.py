@@ -27,6 +27,7 @@ from pydantic.dataclasses import dataclass as config_dataclass
 from draftsmith.core.config import cli
 from draftsmith.core.errors import DraftsmithError, InputError
 from draftsmith.core.lock import lock_directory
+from draftsmith.core.progress import Progress
 from draftsmith.client.chat import (
     ChatClient,
     ChatResult,
@@ -40,7 +41,6 @@ from draftsmith.generate.dispatch import Dispatcher, Endpoint
 from draftsmith.generate.guard import GuardConfig, QualityGuard
 from draftsmith.generate.inputs import PromptSample, load_prompts, shard_of
 from draftsmith.core.asyncrun import run_async
-from draftsmith.generate.progress import RunProgress
 from draftsmith.generate.store import OutputStore, count_row_ids, shard_tag
 
 ORDERS = ("input", "longest-first", "prefix")
@@ -216,7 +216,7 @@ class _Run:
     """The scheduler of one run: a ready queue, least-outstanding dispatch, retries, the guard."""
 
     def __init__(self, config: GenerateConfig, client: ChatClient, store: OutputStore, model: str,
-                 progress: RunProgress, guard: QualityGuard, log: Callable[[str], None]):
+                 progress: Progress, guard: QualityGuard, log: Callable[[str], None]):
         self.config = config
         self.client = client
         self.store = store
@@ -348,7 +348,7 @@ class _Run:
                 self._fail(sample, f"connection failed {count} times, last: {value}", endpoint)
             else:
                 self.retries += 1
-                self.progress.retries += 1
+                self.progress.fields["retries"] = self.progress.fields.get("retries", 0) + 1
                 self._schedule(sample, self._backoff(count, None) / 4)
         elif kind == "retry":
             endpoint.failed += 1
@@ -358,7 +358,7 @@ class _Run:
                 self._fail(sample, f"gave up after {count} attempts, last: {value}", endpoint)
             else:
                 self.retries += 1
-                self.progress.retries += 1
+                self.progress.fields["retries"] = self.progress.fields.get("retries", 0) + 1
                 self._schedule(sample, self._backoff(count, retry_after))
         else:
             message = str(value)
@@ -404,7 +404,7 @@ class _Run:
         tokens = completion_tokens or 0
         self.output_tokens += tokens
         self.mean_completion += (tokens - self.mean_completion) / min(self.done, 1000)
-        self.progress.add_row(tokens)
+        self.progress.advance(1, tokens=tokens)
         trip = self.guard.observe(result.content, result.reasoning, result.finish_reason)
         if trip is not None:
             self.guard_tripped = True
@@ -431,11 +431,11 @@ class _Run:
     async def _ticker(self) -> None:
         while True:
             await asyncio.sleep(0.5)
-            self.progress.extra["endpoints up"] = f"{self.dispatcher.healthy_count}/{len(self.dispatcher.endpoints)}"
+            self.progress.fields["endpoints up"] = f"{self.dispatcher.healthy_count}/{len(self.dispatcher.endpoints)}"
             if self.guard.seen:
                 shares = self.guard.shares()
-                self.progress.extra["empty answer"] = f"{shares['empty_answer']:.0%}"
-                self.progress.extra["length"] = f"{shares['length']:.0%}"
+                self.progress.fields["empty answer"] = f"{shares['empty_answer']:.0%}"
+                self.progress.fields["length"] = f"{shares['length']:.0%}"
             self.progress.tick()
 
     async def run(self, samples: list[PromptSample]) -> None:
@@ -583,7 +583,8 @@ async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) 
     if config.chat_template_kwargs.get("enable_thinking") is False and guard_config.expect_reasoning:
         guard_config = GuardConfig(**{**asdict(guard_config), "expect_reasoning": False})
     guard = QualityGuard(guard_config)
-    progress = RunProgress(len(todo), enabled=config.progress, console=console)
+    progress = Progress("generate", len(todo), unit="samples", token_unit="out tok", enabled=config.progress,
+                        console=console)
     connections = config.concurrency * len(config.endpoints) + 8
     api_key = config.api_key or os.environ.get("OPENAI_API_KEY")
     async with ChatClient(connections=connections, timeout_s=config.request_timeout_s, api_key=api_key) as client:

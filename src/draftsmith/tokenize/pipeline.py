@@ -23,6 +23,7 @@ from draftsmith.core.config import cli
 from draftsmith.core.errors import DraftsmithError, InputError
 from draftsmith.core.io import write_json_atomic
 from draftsmith.core.lock import lock_directory
+from draftsmith.core.progress import Progress
 from draftsmith.tokenize.masking import POLICY_REASONS, ChatMasker, MaskedRow, MaskerConfig, RowDropped
 from draftsmith.tokenize.readers import RawRecord, count_rows, expand_inputs, iter_records, normalize_row
 from draftsmith.tokenize.writer import SUMMARY_NAME, ShardWriter, prepare_output_dir, written_ids
@@ -259,38 +260,6 @@ def _run_chunks(
         yield pending.popleft().result()
 
 
-def _progress(enabled: bool, total: int | None):
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        ProgressColumn,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-    from rich.text import Text
-
-    class RateColumn(ProgressColumn):
-        def render(self, task) -> Text:
-            speed = task.finished_speed or task.speed
-            return Text(f"{speed:,.0f} rows/s" if speed else "- rows/s")
-
-    return Progress(
-        TextColumn("[bold]tokenize[/bold] {task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        RateColumn(),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        disable=not enabled,
-        transient=False,
-    )
-
-
 def tokenize_dataset(
     inputs: str | Path | Iterable[str | Path],
     tokenizer_path: str | Path,
@@ -351,8 +320,7 @@ def _tokenize_dataset(
     with contextlib.ExitStack() as stack:
         if pool is not None:
             stack.callback(pool.shutdown, wait=True, cancel_futures=True)
-        progress = stack.enter_context(_progress(options.progress, total))
-        task = progress.add_task("", total=total)
+        progress = stack.enter_context(Progress("tokenize", total, unit="rows", enabled=options.progress))
         chunks = _chunked(iter_records(paths), options.chunk_size)
         for result in _run_chunks(chunks, pool, masker, workers, skip_ids):
             summary.skipped_already_written += result.skipped
@@ -374,7 +342,7 @@ def _tokenize_dataset(
                 summary.trainable_tokens += int(row.loss_mask.sum())
             processed = len(result.rows) + len(result.drops) + result.skipped
             summary.input_rows += processed
-            progress.update(task, advance=processed, description=f"dropped {sum(dropped.values())}")
+            progress.advance(processed, dropped=f"{sum(dropped.values()):,}")
             errors = sum(count for reason, count in dropped.items() if reason not in POLICY_REASONS)
             if summary.input_rows >= FAIL_FAST_ROWS and summary.written == 0 and errors == summary.input_rows:
                 summary.dropped, summary.errors = dict(dropped), errors

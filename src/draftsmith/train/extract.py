@@ -23,6 +23,7 @@ import torch
 from draftsmith.core.errors import InputError
 from draftsmith.core.io import atomic_path, write_json_atomic
 from draftsmith.core.lock import lock_directory
+from draftsmith.core.progress import Progress
 from draftsmith.train.config import ExtractConfig
 from draftsmith.train.data import TokenizedDataset, check_vocabulary, load_tokenized
 
@@ -179,18 +180,13 @@ def _extract(settings: ExtractConfig, started: float, echo) -> ExtractResult:
     bytes_written = 0
     skipped = 0
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    columns = [TextColumn("extract"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"), TimeRemainingColumn()]
-    with Progress(*columns, disable=not progress, transient=False) as bar:
-        task = bar.add_task("extract", total=len(dataset), rate="")
-        tokens_done = 0
+    with Progress("extract", len(dataset), unit="samples", enabled=progress) as bar:
         for shard_number in range(total_shards):
             first = shard_number * samples_per_shard
             samples = dataset.samples[first : first + samples_per_shard]
             if first in done:
                 skipped += 1
-                bar.advance(task, len(samples))
+                bar.advance(len(samples))
                 continue
             if model is None:
                 run_device = resolve_device(device)
@@ -208,8 +204,7 @@ def _extract(settings: ExtractConfig, started: float, echo) -> ExtractResult:
                     features = extract_target_features(model, input_ids.to(run_device), attention.to(run_device), layer_ids)
                 for row, sample in enumerate(chunk):
                     pieces.append(features[row, : sample.num_tokens].to("cpu", DTYPES[dtype]))
-                tokens_done += sum(sample.num_tokens for sample in chunk)
-                bar.update(task, advance=len(chunk), rate=f"{tokens_done / (time.perf_counter() - started):,.0f} tok/s")
+                bar.advance(len(chunk), tokens=sum(sample.num_tokens for sample in chunk))
             lengths = torch.tensor([0] + [sample.num_tokens for sample in samples], dtype=torch.int64)
             tensors = {
                 "features": torch.cat(pieces).contiguous(),

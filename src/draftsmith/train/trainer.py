@@ -24,6 +24,7 @@ import json
 import math
 import random
 import shutil
+import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ import torch
 from draftsmith.core.config import torch_dtype
 from draftsmith.core.io import publish, write_json_atomic
 from draftsmith.core.lock import lock_directory
+from draftsmith.core.progress import Progress
 from draftsmith.core.errors import InputError
 from draftsmith.train.anchors import anchor_generator, sample_anchors, valid_anchor_positions
 from draftsmith.train.blocks import BlockBatch, build_block_batch
@@ -301,38 +303,6 @@ def _check_resume_config(saved: dict, config: TrainConfig, checkpoint: Path) -> 
         )
 
 
-class _Progress:
-    """rich progress on the main rank: loss, tokens/s, ETA."""
-
-    def __init__(self, enabled: bool, total: int, completed: int):
-        self.enabled = enabled
-        if not enabled:
-            return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        self.progress = Progress(
-            TextColumn("train"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("loss {task.fields[loss]}"),
-            TextColumn("acc@1 {task.fields[acc]}"),
-            TextColumn("{task.fields[rate]}"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-        )
-        self.progress.start()
-        self.task = self.progress.add_task("train", total=total, completed=completed, loss="-", acc="-", rate="")
-
-    def update(self, step: int, loss: float, acc: float, tokens_per_s: float) -> None:
-        if self.enabled:
-            self.progress.update(self.task, completed=step, loss=f"{loss:.4f}", acc=f"{acc:.3f}", rate=f"{tokens_per_s:,.0f} tok/s")
-
-    def close(self) -> None:
-        if self.enabled:
-            self.progress.stop()
-
-
 def train_drafter(config: TrainConfig) -> TrainResult:
     """Train (or resume training) a drafter; the final checkpoint lands in `<out>/drafter`."""
     from draftsmith.model import save_drafter
@@ -413,10 +383,12 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
             f"x {config.epochs} epochs = {total_steps} steps"
             + (" (capped by max_steps)" if total_steps < per_epoch_steps * config.epochs else "")
             + f", {context.world_size} process(es)"
-            + (f"; resuming at step {step}" if resumed_from is not None else "")
+            + (f"; resuming at step {step}" if resumed_from is not None else ""),
+            file=sys.stderr,
         )
     log_handle = (out_dir / LOG_FILE).open("a") if context.is_main else None
-    progress = _Progress(config.progress and context.is_main, total_steps, step)
+    progress = Progress("train", total_steps, unit="steps", token_unit="tok", enabled=config.progress and context.is_main,
+                        completed=step).__enter__()
 
     block_offsets = config.block_size - 1
     correct = torch.zeros(block_offsets, dtype=torch.float64)
@@ -478,7 +450,7 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
                 window_tokens += int(reduced[2])
                 elapsed = time.perf_counter() - window_start
                 accuracy = correct / counted.clamp_min(1)
-                progress.update(step, step_loss, float(accuracy[0]), window_tokens / max(elapsed, 1e-9))
+                progress.advance(step - progress.done, tokens=int(reduced[2]), loss=f"{step_loss:.4f}", acc=f"{float(accuracy[0]):.3f}")
                 if log_handle is not None and (step % config.log_every == 0 or step == total_steps):
                     record = {
                         "step": step,
@@ -497,6 +469,7 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
                         print(
                             f"step {step}/{total_steps} loss {record['loss']:.4f} acc@1 {float(accuracy[0]):.3f} "
                             f"tau~{record['train_tau']:.2f} {record['tokens_per_s']:,.0f} tok/s",
+                            file=sys.stderr,
                             flush=True,
                         )
                     window_loss, window_weight, window_tokens, window_start = 0.0, 0.0, 0, time.perf_counter()
@@ -513,7 +486,7 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
         if last_checkpoint_step != step:
             checkpoint_now()
     finally:
-        progress.close()
+        progress.__exit__(None, None, None)
         if log_handle is not None:
             log_handle.close()
 
