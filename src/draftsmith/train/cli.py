@@ -44,6 +44,7 @@ def register(app: typer.Typer) -> None:
         batch_size: int = typer.Option(1, min=1, help="Sequences per micro-batch per process."),
         dtype: str = typer.Option("auto", help="auto (bf16 on CUDA, fp32 on CPU), fp32 or bf16."),
         gradient_checkpointing: bool = typer.Option(False, help="Recompute drafter layers in backward (less memory)."),
+        attention: str = typer.Option("auto", help="Drafter attention: auto, dense (reference), sparse (tiled) or flex (CUDA)."),
         device: str = typer.Option("auto"),
         threads: int = typer.Option(None, min=1, help="CPU threads per process."),
         seed: int = typer.Option(0),
@@ -54,10 +55,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Train a DFlash drafter, online (target in the loop) or offline (--offline FEATURES)."""
         from draftsmith.core.errors import InputError
+        from draftsmith.model.block_attention import ATTENTION_MODES
         from draftsmith.train.trainer import TrainConfig, train_drafter
 
         if dtype not in ("auto", "fp32", "bf16"):
             raise InputError(f"--dtype must be auto, fp32 or bf16, got {dtype!r}")
+        if attention not in ATTENTION_MODES:
+            raise InputError(f"--attention must be one of {', '.join(ATTENTION_MODES)}, got {attention!r}")
         config = TrainConfig(
             target=target,
             data=data,
@@ -82,6 +86,7 @@ def register(app: typer.Typer) -> None:
             dtype=dtype,
             device=device,
             gradient_checkpointing=gradient_checkpointing,
+            attention=attention,
             num_threads=threads,
             seed=seed,
             save_every=save_every,

@@ -1,0 +1,206 @@
+"""Block-sparse attention for training the drafter on many blocks of one sequence at once.
+
+Training puts N blocks of B tokens side by side as queries; keys/values are
+[context (T target features) | the N*B block positions]. Block i may see:
+  - context positions p < a_i (strictly before its anchor): at inference the anchor is the bonus
+    token the target has not processed yet, so its own feature is not in the drafter's context;
+  - its own B positions, in both directions;
+  - nothing of any other block.
+A padding block (anchor_valid False) sees only itself, never an empty row (softmax would be NaN).
+
+`BlockLayout` carries these rules (anchors, not a mask) and how to compute them:
+  - "dense": the reference. Materialises the boolean mask [S, 1, N*B, T + N*B] and attends over
+    every key. At the paper's shape (T 3072, N 512, B 16) a query sees about 1/7 of its keys.
+  - "sparse": tiled SDPA. Blocks are processed in tiles of about `tile_queries` queries; a tile's
+    keys are the context prefix up to its largest anchor plus the tile's own block keys, so work and
+    memory scale with what is visible (context prefix + one tile), not with T + N*B.
+  - "flex": `flex_attention` with a block mask built from the anchors (no dense mask). torch 2.13 has
+    no FlexAttention backward on CPU, so it trains on CUDA only (compiled); on CPU it runs forward only.
+All three compute the same function; tests hold them equal in outputs and gradients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+from torch.nn import functional as F
+
+from draftsmith.core.errors import InputError
+
+ATTENTION_MODES = ("auto", "dense", "sparse", "flex")
+# About 256 queries a tile: measured on CPU (benchmarks/bench_attention.py --tiles) the sweet spot
+# between per-call overhead (small tiles) and the tile's block-diagonal waste (large tiles).
+DEFAULT_TILE_QUERIES = 256
+
+
+def choose_attention(requested: str, device: torch.device | str) -> str:
+    """The attention path a training run uses: `requested`, or for "auto" the measured rule.
+
+    Rule (benchmarks/bench_attention.py, CPU, fp32): "sparse" is faster and smaller than "dense" at
+    the paper's and the demo's shapes, so auto picks it. "flex" is opt-in: it cannot train on CPU
+    (no backward there) and its CUDA speed has not been measured against "sparse" here.
+    """
+    device = torch.device(device)
+    if requested not in ATTENTION_MODES:
+        raise InputError(f"attention must be one of {', '.join(ATTENTION_MODES)}, got {requested!r}")
+    if requested == "flex" and device.type != "cuda":
+        raise InputError("attention=flex needs a CUDA device: torch has no FlexAttention backward on CPU")
+    if requested == "auto":
+        return "sparse"
+    return requested
+
+
+@dataclass(frozen=True, eq=False)
+class BlockLayout:
+    """Where the blocks of a micro-batch sit, and which attention path computes them."""
+
+    anchors: torch.Tensor  # [S, N] long (padding anchors are 0)
+    anchor_valid: torch.Tensor  # [S, N] bool
+    context_length: int  # T
+    block_size: int  # B
+    mode: str = "sparse"  # dense | sparse | flex
+    tile_queries: int = DEFAULT_TILE_QUERIES
+    # Per-micro-batch plans (tiles, flex block mask), computed once and shared by every layer.
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("dense", "sparse", "flex"):
+            raise ValueError(f"BlockLayout.mode must be dense, sparse or flex, got {self.mode!r}")
+
+    @property
+    def num_blocks(self) -> int:
+        return self.anchors.shape[1]
+
+    @property
+    def num_queries(self) -> int:
+        return self.num_blocks * self.block_size
+
+    def with_mode(self, mode: str) -> BlockLayout:
+        return replace(self, mode=mode, _cache={})
+
+    def to(self, device: torch.device | str) -> BlockLayout:
+        return replace(self, anchors=self.anchors.to(device), anchor_valid=self.anchor_valid.to(device), _cache={})
+
+    def dense_mask(self) -> torch.Tensor:
+        """Boolean mask [S, 1, N*B, T + N*B], True = may attend (the reference's input)."""
+        return _visible(self.anchors, self.anchor_valid, 0, self.num_blocks, self.context_length, self.block_size)[:, None]
+
+
+def _visible(
+    anchors: torch.Tensor, anchor_valid: torch.Tensor, first_block: int, end_block: int, prefix: int, block_size: int
+) -> torch.Tensor:
+    """[S, Q', prefix + Q'] visibility of blocks first_block..end_block-1 over [context[:prefix] | those blocks]."""
+    anchors = anchors[:, first_block:end_block]
+    valid = anchor_valid[:, first_block:end_block]
+    count = end_block - first_block
+    device = anchors.device
+    query_block = torch.arange(count * block_size, device=device) // block_size
+    query_anchor = anchors.repeat_interleave(block_size, dim=1)  # [S, Q']
+    sees_context = torch.arange(prefix, device=device)[None, None, :] < query_anchor[:, :, None]
+    sees_context &= valid.repeat_interleave(block_size, dim=1)[:, :, None]
+    sees_block = (query_block[:, None] == query_block[None, :]).expand(anchors.shape[0], -1, -1)
+    return torch.cat([sees_context, sees_block], dim=2)
+
+
+def block_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    layout: BlockLayout,
+    scale: float,
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
+    """Attention of N*B block queries over [context | blocks] keys under `layout`'s rules.
+
+    query [S, H, N*B, D]; key/value [S, H_kv, T + N*B, D] after q/k-norm and RoPE; returns
+    [S, H, N*B, D]. Grouped-query heads are repeated exactly as the dense reference does.
+    """
+    expected = layout.context_length + layout.num_queries
+    if query.shape[2] != layout.num_queries or key.shape[2] != expected:
+        raise ValueError(
+            f"block attention: {query.shape[2]} queries over {key.shape[2]} keys, but the layout has "
+            f"{layout.num_blocks} blocks of {layout.block_size} over a context of {layout.context_length}"
+        )
+    if layout.mode == "flex":
+        if dropout_p:
+            raise ValueError("attention=flex has no attention dropout; use sparse or dense")
+        return _flex_attention(query, key, value, layout, scale)
+    groups = query.shape[1] // key.shape[1]
+    if groups > 1:
+        key = key.repeat_interleave(groups, dim=1)
+        value = value.repeat_interleave(groups, dim=1)
+    if layout.mode == "dense":
+        mask = layout.dense_mask().to(query.device)
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+    return _tiled_attention(query, key, value, layout, scale, dropout_p)
+
+
+def _tile_plan(layout: BlockLayout) -> list[tuple[int, int, int, torch.Tensor]]:
+    """(first block, end block, context prefix, mask [S, 1, Q', prefix + Q']) per tile."""
+    plan = layout._cache.get("tiles")
+    if plan is not None:
+        return plan
+    blocks_per_tile = max(1, layout.tile_queries // layout.block_size)
+    starts = list(range(0, layout.num_blocks, blocks_per_tile))
+    visible_anchor = torch.where(layout.anchor_valid, layout.anchors, torch.zeros_like(layout.anchors))
+    # A tile's prefix is its largest visible anchor (keys 0..a-1), one host sync for all tiles.
+    prefixes = [int(visible_anchor[:, start : start + blocks_per_tile].max()) for start in starts] if starts else []
+    plan = []
+    for start, prefix in zip(starts, prefixes):
+        end = min(start + blocks_per_tile, layout.num_blocks)
+        mask = _visible(layout.anchors, layout.anchor_valid, start, end, prefix, layout.block_size)[:, None]
+        plan.append((start, end, prefix, mask))
+    layout._cache["tiles"] = plan
+    return plan
+
+
+def _tiled_attention(query, key, value, layout: BlockLayout, scale: float, dropout_p: float) -> torch.Tensor:
+    context_length, block_size = layout.context_length, layout.block_size
+    outputs = []
+    for start, end, prefix, mask in _tile_plan(layout):
+        first, last = start * block_size, end * block_size
+        tile_key = torch.cat([key[:, :, :prefix], key[:, :, context_length + first : context_length + last]], dim=2)
+        tile_value = torch.cat([value[:, :, :prefix], value[:, :, context_length + first : context_length + last]], dim=2)
+        outputs.append(
+            F.scaled_dot_product_attention(
+                query[:, :, first:last], tile_key, tile_value, attn_mask=mask.to(query.device), dropout_p=dropout_p, scale=scale
+            )
+        )
+    return torch.cat(outputs, dim=2)
+
+
+_COMPILED_FLEX = None
+
+
+def _flex_attention(query, key, value, layout: BlockLayout, scale: float) -> torch.Tensor:
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    global _COMPILED_FLEX
+    block_mask = layout._cache.get("flex")
+    if block_mask is None:
+        anchors = layout.anchors.to(query.device)
+        valid = layout.anchor_valid.to(query.device)
+        context_length, block_size = layout.context_length, layout.block_size
+
+        def mask_mod(batch, head, q_index, kv_index):
+            block = q_index // block_size
+            in_context = kv_index < context_length
+            sees_context = in_context & (kv_index < anchors[batch, block]) & valid[batch, block]
+            sees_block = ~in_context & ((kv_index - context_length) // block_size == block)
+            return sees_context | sees_block
+
+        num_sequences = query.shape[0]
+        # Compiled, the block mask is built tile by tile; eager would materialise the dense mask.
+        block_mask = create_block_mask(
+            mask_mod, num_sequences, None, query.shape[2], key.shape[2], device=query.device,
+            _compile=query.device.type == "cuda",
+        )
+        layout._cache["flex"] = block_mask
+    attend = flex_attention
+    if query.device.type == "cuda":
+        # Eager flex attention is a reference implementation (dense scores); compiled it is the kernel.
+        if _COMPILED_FLEX is None:
+            _COMPILED_FLEX = torch.compile(flex_attention, dynamic=True)
+        attend = _COMPILED_FLEX
+    return attend(query, key, value, block_mask=block_mask, scale=scale, enable_gqa=query.shape[1] != key.shape[1])
