@@ -156,15 +156,27 @@ def _tile_plan(layout: BlockLayout) -> list[tuple[int, int, int, torch.Tensor]]:
 
 
 def _tiled_attention(query, key, value, layout: BlockLayout, scale: float, dropout_p: float) -> torch.Tensor:
-    context_length, block_size = layout.context_length, layout.block_size
+    # Everything is cut with one `split` per tensor, never by slicing per tile: the backward of a
+    # slice zero-fills a gradient the size of the whole tensor, once per tile, which on CPU cost
+    # more than the attention itself. The context is cut at the tiles' prefixes, so a tile's
+    # prefix is a concatenation of whole segments.
+    plan = _tile_plan(layout)
+    tile_sizes = [(end - start) * layout.block_size for start, end, _, _ in plan]
+    bounds = sorted({prefix for _, _, prefix, _ in plan if prefix > 0} | {layout.context_length})
+    segment_sizes = [bound - previous for previous, bound in zip([0, *bounds[:-1]], bounds)]
+    segments_before = {0: 0, **{bound: index + 1 for index, bound in enumerate(bounds)}}
+    queries = query.split(tile_sizes, dim=2)
+    key_parts = key.split(segment_sizes + tile_sizes, dim=2)
+    value_parts = value.split(segment_sizes + tile_sizes, dim=2)
+    context_count = len(segment_sizes)
     outputs = []
-    for start, end, prefix, mask in _tile_plan(layout):
-        first, last = start * block_size, end * block_size
-        tile_key = torch.cat([key[:, :, :prefix], key[:, :, context_length + first : context_length + last]], dim=2)
-        tile_value = torch.cat([value[:, :, :prefix], value[:, :, context_length + first : context_length + last]], dim=2)
+    for tile, (_, _, prefix, mask) in enumerate(plan):
+        used = segments_before[prefix]
+        tile_key = torch.cat([*key_parts[:used], key_parts[context_count + tile]], dim=2)
+        tile_value = torch.cat([*value_parts[:used], value_parts[context_count + tile]], dim=2)
         outputs.append(
             F.scaled_dot_product_attention(
-                query[:, :, first:last], tile_key, tile_value, attn_mask=mask.to(query.device), dropout_p=dropout_p, scale=scale
+                queries[tile], tile_key, tile_value, attn_mask=mask.to(query.device), dropout_p=dropout_p, scale=scale
             )
         )
     return torch.cat(outputs, dim=2)
