@@ -56,12 +56,15 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("recompute", [False, True], ids=["tiles kept", "tiles recomputed"])
 @pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
-def test_sparse_equals_dense_in_outputs_and_gradients(case):
+def test_sparse_equals_dense_in_outputs_and_gradients(case, recompute):
     lengths, counts, block_size, heads, kv_heads, head_dim, tile = CASES[case]
     anchors, valid, context_length = _layout(lengths, counts, block_size, seed=len(case))
     dense = BlockLayout(anchors, valid, context_length, block_size, mode="dense")
-    sparse = BlockLayout(anchors, valid, context_length, block_size, mode="sparse", tile_queries=tile)
+    sparse = BlockLayout(
+        anchors, valid, context_length, block_size, mode="sparse", tile_queries=tile, recompute_tiles=recompute
+    )
     inputs = _attention_inputs(dense, heads, kv_heads, head_dim, seed=1)
     scale = head_dim**-0.5
     dense_out, dense_grads = _run(dense, inputs, scale)

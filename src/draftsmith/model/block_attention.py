@@ -13,7 +13,8 @@ A padding block (anchor_valid False) sees only itself, never an empty row (softm
     every key. At the paper's shape (T 3072, N 512, B 16) a query sees about 1/7 of its keys.
   - "sparse": tiled SDPA. Blocks are processed in tiles of about `tile_queries` queries; a tile's
     keys are the context prefix up to its largest anchor plus the tile's own block keys, so work and
-    memory scale with what is visible (context prefix + one tile), not with T + N*B.
+    memory scale with what is visible (context prefix + own tile), not with T + N*B, and no dense
+    mask exists (each tile has its own small one).
   - "flex": `flex_attention` with a block mask built from the anchors (no dense mask). torch 2.13 has
     no FlexAttention backward on CPU, so it trains on CUDA only (compiled); on CPU it runs forward only.
 All three compute the same function; tests hold them equal in outputs and gradients.
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 from torch.nn import functional as F
+from torch.utils.checkpoint import checkpoint
 
 from draftsmith.core.errors import InputError
 
@@ -61,6 +63,9 @@ class BlockLayout:
     block_size: int  # B
     mode: str = "sparse"  # dense | sparse | flex
     tile_queries: int = DEFAULT_TILE_QUERIES
+    # sparse: recompute each tile in backward instead of keeping its gathered keys (less memory,
+    # about 1.4x the CPU time). Off by default: `gradient_checkpointing` already bounds it per layer.
+    recompute_tiles: bool = False
     # Per-micro-batch plans (tiles, flex block mask), computed once and shared by every layer.
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -114,7 +119,7 @@ def block_attention(
     """Attention of N*B block queries over [context | blocks] keys under `layout`'s rules.
 
     query [S, H, N*B, D]; key/value [S, H_kv, T + N*B, D] after q/k-norm and RoPE; returns
-    [S, H, N*B, D]. Grouped-query heads are repeated exactly as the dense reference does.
+    [S, H, N*B, D]. Grouped-query heads share their key/value head as in the dense reference.
     """
     expected = layout.context_length + layout.num_queries
     if query.shape[2] != layout.num_queries or key.shape[2] != expected:
@@ -126,14 +131,18 @@ def block_attention(
         if dropout_p:
             raise ValueError("attention=flex has no attention dropout; use sparse or dense")
         return _flex_attention(query, key, value, layout, scale)
-    groups = query.shape[1] // key.shape[1]
-    if groups > 1:
-        key = key.repeat_interleave(groups, dim=1)
-        value = value.repeat_interleave(groups, dim=1)
-    if layout.mode == "dense":
-        mask = layout.dense_mask().to(query.device)
-        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p, scale=scale)
-    return _tiled_attention(query, key, value, layout, scale, dropout_p)
+    if layout.mode == "sparse":
+        return _tiled_attention(query, key, value, layout, scale, dropout_p)
+    key, value = _repeat_kv(key, value, query.shape[1])
+    mask = layout.dense_mask().to(query.device)
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+
+
+def _repeat_kv(key: torch.Tensor, value: torch.Tensor, heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    groups = heads // key.shape[1]
+    if groups == 1:
+        return key, value
+    return key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
 
 
 def _tile_plan(layout: BlockLayout) -> list[tuple[int, int, int, torch.Tensor]]:
@@ -155,11 +164,21 @@ def _tile_plan(layout: BlockLayout) -> list[tuple[int, int, int, torch.Tensor]]:
     return plan
 
 
+def _attend_tile(query, mask, keys, values, scale, dropout_p, gqa):
+    key, value = torch.cat(keys, dim=2), torch.cat(values, dim=2)
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=gqa)
+
+
 def _tiled_attention(query, key, value, layout: BlockLayout, scale: float, dropout_p: float) -> torch.Tensor:
     # Everything is cut with one `split` per tensor, never by slicing per tile: the backward of a
     # slice zero-fills a gradient the size of the whole tensor, once per tile, which on CPU cost
     # more than the attention itself. The context is cut at the tiles' prefixes, so a tile's
     # prefix is a concatenation of whole segments.
+    gqa = query.shape[1] != key.shape[1]
+    if gqa and query.device.type != "cpu":
+        # CPU's fused kernel shares kv heads natively; CUDA's masked kernel may not, repeat them.
+        key, value = _repeat_kv(key, value, query.shape[1])
+        gqa = False
     plan = _tile_plan(layout)
     tile_sizes = [(end - start) * layout.block_size for start, end, _, _ in plan]
     bounds = sorted({prefix for _, _, prefix, _ in plan if prefix > 0} | {layout.context_length})
@@ -169,16 +188,17 @@ def _tiled_attention(query, key, value, layout: BlockLayout, scale: float, dropo
     key_parts = key.split(segment_sizes + tile_sizes, dim=2)
     value_parts = value.split(segment_sizes + tile_sizes, dim=2)
     context_count = len(segment_sizes)
+    # A tile's gathered keys/values are copies (prefix + own blocks); kept for backward they add up
+    # to (tiles x mean prefix) keys, several times the dense key tensor (but no dense mask).
+    # Recomputing each tile in backward keeps only one tile's copies alive at a time.
+    recompute = layout.recompute_tiles and torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
     outputs = []
     for tile, (_, _, prefix, mask) in enumerate(plan):
         used = segments_before[prefix]
-        tile_key = torch.cat([*key_parts[:used], key_parts[context_count + tile]], dim=2)
-        tile_value = torch.cat([*value_parts[:used], value_parts[context_count + tile]], dim=2)
-        outputs.append(
-            F.scaled_dot_product_attention(
-                queries[tile], tile_key, tile_value, attn_mask=mask.to(query.device), dropout_p=dropout_p, scale=scale
-            )
-        )
+        keys = [*key_parts[:used], key_parts[context_count + tile]]
+        values = [*value_parts[:used], value_parts[context_count + tile]]
+        args = (queries[tile], mask.to(query.device), keys, values, scale, dropout_p, gqa)
+        outputs.append(checkpoint(_attend_tile, *args, use_reentrant=False) if recompute else _attend_tile(*args))
     return torch.cat(outputs, dim=2)
 
 
