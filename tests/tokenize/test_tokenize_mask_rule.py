@@ -20,7 +20,7 @@ import pytest
 
 from draftsmith.client.chat import parse_chat_response
 from draftsmith.data.reasoning import THINK_CLOSE, THINK_OPEN
-from draftsmith.tokenize.masking import ChatMasker, MaskerConfig
+from draftsmith.tokenize.masking import ChatMasker, MaskerConfig, RowDropped
 from draftsmith.tokenize.readers import RawRecord, normalize_row
 
 USER = {"role": "user", "content": "Reverse the word tiger."}
@@ -105,6 +105,17 @@ def test_engine_ids_and_template_give_the_same_row(tiny_tokenizer, tiny_target_d
     assert trained(tiny_tokenizer, by_template) == completion + (EOT if finish_reason == "stop" else "")
     first = int(np.flatnonzero(by_ids.loss_mask)[0])
     assert tiny_tokenizer.decode(by_ids.input_ids[:first].tolist(), skip_special_tokens=False) == prompt_text
+
+
+@pytest.mark.parametrize("completion", ["<think>\n\n</think>\n\n", ""])
+def test_an_empty_answer_is_dropped_on_both_paths(tiny_tokenizer, tiny_target_dir, completion):
+    prompt_text = tiny_tokenizer.apply_chat_template([USER], tokenize=False, add_generation_prompt=True)
+    row = generated_row([USER], engine_body(tiny_tokenizer, prompt_text, completion, "stop", "parser"))
+    normalized = normalize_row(RawRecord("generated.jsonl:1", row=row))
+    for use_ids in (True, False):
+        with pytest.raises(RowDropped) as caught:
+            ChatMasker(tiny_tokenizer, MaskerConfig(use_engine_token_ids=use_ids), tiny_target_dir).build(normalized)
+        assert caught.value.reason == "empty_assistant"
 
 
 def test_template_inserted_block_is_not_trained_on_either_path(tiny_tokenizer, tiny_target_dir):

@@ -81,6 +81,14 @@ def reasoning_of(message: dict[str, Any]) -> str:
 EMPTY_THINK_BLOCK = re.compile(rf"\s*{re.escape(THINK_OPEN)}\s*{re.escape(THINK_CLOSE)}\s*")
 
 
+def _check_final_turn(messages: list[dict[str, Any]]) -> None:
+    if messages[-1]["role"] != "assistant":
+        raise RowDropped("no_assistant_turn", "the conversation does not end with an assistant message")
+    final = messages[-1]
+    if not (final["content"].strip() or reasoning_of(final).strip() or final.get("tool_calls")):
+        raise RowDropped("empty_assistant", "the final assistant message has no content, reasoning or tool calls")
+
+
 class RowDropped(Exception):
     """This row cannot become a training row; `reason` is a stable key counted in the summary."""
 
@@ -199,6 +207,7 @@ class ChatMasker:
         if truncated_generation and config.length_policy == "drop":
             raise RowDropped("finish_reason_length", "generation hit max_tokens (length policy: drop)")
         verify = _should_verify(row["id"], config.verify_share)
+        _check_final_turn(row["messages"])  # the same rows are dropped whichever way they are built
         if (
             config.use_engine_token_ids
             and row.get("prompt_token_ids")
@@ -269,11 +278,7 @@ class ChatMasker:
 
     def _from_template(self, row: dict[str, Any], verify: bool, truncated_generation: bool) -> MaskedRow:
         messages = row["messages"]
-        if messages[-1]["role"] != "assistant":
-            raise RowDropped("no_assistant_turn", "the conversation does not end with an assistant message")
         final = messages[-1]
-        if not (final["content"].strip() or reasoning_of(final).strip() or final.get("tool_calls")):
-            raise RowDropped("empty_assistant", "the final assistant message has no content, reasoning or tool calls")
         if self.config.train_turns == "all":
             turns = [i for i, message in enumerate(messages) if message["role"] == "assistant" and i > 0]
         else:
