@@ -285,7 +285,8 @@ def test_conversation_rows_in_a_datasets_dir_are_detected(tmp_path):
 
 def test_a_small_healthy_set_passes_and_small_boilerplate_still_fails(tmp_path, tiny_target_dir, tiny_tokenizer):
     # Five varied rows: every mask sum and span is seen once, which is not dominance.
-    healthy = audit_tokenized(write_shards(tokenized_rows(tiny_tokenizer, 5), tmp_path / "healthy"), tokenizer=tiny_target_dir)
+    healthy_dir = write_shards(tokenized_rows(tiny_tokenizer, 5), tmp_path / "healthy")
+    healthy = audit_tokenized(healthy_dir, tokenizer=tiny_target_dir)
     assert healthy.samples == 5 and healthy.dominant_span.count == 1
     assert healthy.passed, healthy.verdict
     # Five copies of the same boilerplate completion repeat: still dominant.

@@ -59,7 +59,10 @@ def generated_row(prompt_messages, body):
     result = parse_chat_response(body, latency_s=0.0)
     return {
         "id": "r1",
-        "messages": [*prompt_messages, {"role": "assistant", "content": result.content, "reasoning_content": result.reasoning}],
+        "messages": [
+            *prompt_messages,
+            {"role": "assistant", "content": result.content, "reasoning_content": result.reasoning},
+        ],
         "finish_reason": result.finish_reason,
         "prompt_token_ids": result.prompt_token_ids,
         "completion_token_ids": result.completion_token_ids,
@@ -70,7 +73,8 @@ def both_ways(tokenizer, tiny_target_dir, row, template_kwargs):
     config = dict(length_policy="keep", chat_template_kwargs=tuple(sorted(template_kwargs.items())))
     normalized = normalize_row(RawRecord("generated.jsonl:1", row=row))
     by_ids = ChatMasker(tokenizer, MaskerConfig(**config), tiny_target_dir).build(normalized)
-    by_template = ChatMasker(tokenizer, MaskerConfig(use_engine_token_ids=False, **config), tiny_target_dir).build(normalized)
+    template_config = MaskerConfig(use_engine_token_ids=False, **config)
+    by_template = ChatMasker(tokenizer, template_config, tiny_target_dir).build(normalized)
     assert by_ids.method == "engine_token_ids" and by_template.method == "template_prefix"
     assert by_template.verified
     return by_ids, by_template
@@ -96,7 +100,9 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_engine_ids_and_template_give_the_same_row(tiny_tokenizer, tiny_target_dir, case, style):
     prompt_messages, completion, finish_reason, kwargs = CASES[case]
-    prompt_text = tiny_tokenizer.apply_chat_template(prompt_messages, tokenize=False, add_generation_prompt=True, **kwargs)
+    prompt_text = tiny_tokenizer.apply_chat_template(
+        prompt_messages, tokenize=False, add_generation_prompt=True, **kwargs
+    )
     row = generated_row(prompt_messages, engine_body(tiny_tokenizer, prompt_text, completion, finish_reason, style))
     by_ids, by_template = both_ways(tiny_tokenizer, tiny_target_dir, row, kwargs)
     assert by_template.input_ids.tolist() == by_ids.input_ids.tolist()
@@ -125,7 +131,9 @@ def test_template_inserted_block_is_not_trained_on_either_path(tiny_tokenizer, t
     masker = ChatMasker(tiny_tokenizer, MaskerConfig(), tiny_target_dir)
     built = masker.build(normalize_row(RawRecord("data.jsonl:1", row={"id": "r1", "messages": messages})))
     assert trained(tiny_tokenizer, built) == ANSWER + EOT
-    prompt_text = tiny_tokenizer.apply_chat_template([USER], tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    prompt_text = tiny_tokenizer.apply_chat_template(
+        [USER], tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )
     row = generated_row([USER], engine_body(tiny_tokenizer, prompt_text, ANSWER, "stop", "parser"))
     by_ids, _ = both_ways(tiny_tokenizer, tiny_target_dir, row, {"enable_thinking": False})
     assert by_ids.input_ids.tolist() == built.input_ids.tolist()
@@ -145,7 +153,9 @@ def tiny_server(tiny_target_dir):
     [(256, {}), (12, {}), (256, {"enable_thinking": False})],
     ids=["stopped", "cut-by-max-tokens", "thinking-off"],
 )
-def test_a_real_engine_generation_gives_the_same_row_both_ways(tiny_server, tiny_tokenizer, tiny_target_dir, max_tokens, kwargs):
+def test_a_real_engine_generation_gives_the_same_row_both_ways(
+    tiny_server, tiny_tokenizer, tiny_target_dir, max_tokens, kwargs
+):
     from draftsmith.tiny import synthetic_prompts
 
     prompt_messages = next(synthetic_prompts(1, seed=3))["messages"]

@@ -1,8 +1,8 @@
 """Gate thresholds: the limits that turn an audit into PASS or FAIL.
 
 Every limit is a maximum share of all samples (0.05 = 5%), except the counts `dominant_min_count`
-and `min_samples`. A limit of `None` switches that gate off. Defaults are set to catch disasters (a stock reply in most rows,
-a template bug masking headers) without failing ordinary, varied data.
+and `min_samples`. A limit of `None` switches that gate off. Defaults are set to catch disasters
+(a stock reply in most rows, a template bug masking headers) without failing ordinary, varied data.
 """
 
 from __future__ import annotations
