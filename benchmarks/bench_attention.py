@@ -6,8 +6,8 @@ blocks], after q/k-norm and RoPE; the projections around it are the same for eve
   - the demo's shape: the tiny target's heads (4 query / 2 kv, head dim 32), block 16, a micro-batch
     of 4 sequences of about 220 tokens (prompt + 192 generated) whose every response position is an
     anchor (the demo caps anchors at 512, more than a sequence has).
-Dense and sparse run in the same process on the same inputs; the script prints time, peak memory
-and their ratios. Peak memory is the process's resident high-water mark above what was resident
+Dense and sparse (the default, and with tiles kept / recomputed in backward forced) run in the same
+process on the same inputs; the script prints time, peak memory and their ratios. Peak memory is the process's resident high-water mark above what was resident
 before the call (Linux: VmHWM after resetting it through /proc/self/clear_refs; glibc is told to
 return large blocks to the system so a freed tensor does not hide the next one's growth).
 
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from draftsmith.model.block_attention import BlockLayout, _tile_plan, block_attention
+from draftsmith.model.block_attention import BlockLayout, _tile_plan, block_attention, recomputes_tiles
 
 PROC_STATUS = Path("/proc/self/status")
 
@@ -119,6 +119,7 @@ def run_shape(name: str, layout: BlockLayout, heads: int, kv_heads: int, head_di
     variants = {
         "dense": layout.with_mode("dense"),
         "sparse": layout.with_mode("sparse"),
+        "sparse, tiles kept": replace(layout.with_mode("sparse"), recompute_tiles=False),
         "sparse, recompute": replace(layout.with_mode("sparse"), recompute_tiles=True),
     }
 
@@ -132,6 +133,7 @@ def run_shape(name: str, layout: BlockLayout, heads: int, kv_heads: int, head_di
           f"(queries {layout.num_queries}, keys {keys}), heads {heads}/{kv_heads} x {head_dim}, "
           f"{torch.get_num_threads()} thread(s), best of {repeats}")
     step(variants["sparse"])()  # warm-up: first-call allocations and kernel selection
+    print(f"  (sparse = the default: tiles {'recomputed' if recomputes_tiles(layout) else 'kept'} by the rule)")
     results = {name: measure(step(variant), repeats, reset) for name, variant in variants.items()}
     _, dense_cpu, dense_mib = results["dense"]
     for name, (wall, cpu, peak) in results.items():

@@ -98,6 +98,16 @@ def test_sparse_tiles_see_only_a_prefix_and_their_own_blocks():
     assert [tuple(mask.shape) for *_, mask in plan] == [(1, 1, 4, 5 + 4), (1, 1, 4, 30 + 4)]
 
 
+def test_tiles_are_recomputed_only_where_their_kept_keys_would_be_large():
+    from draftsmith.model.block_attention import recomputes_tiles
+
+    anchors = torch.arange(300, 3000, 6)[None]  # 450 blocks of 16 over 3072: many long prefixes
+    long = BlockLayout(anchors, torch.ones_like(anchors, dtype=torch.bool), 3072, 16)
+    assert recomputes_tiles(long)
+    assert not recomputes_tiles(BlockLayout(anchors[:, :16], torch.ones(1, 16, dtype=torch.bool), 3072, 16))
+    assert not recomputes_tiles(BlockLayout(anchors, torch.ones_like(anchors, dtype=torch.bool), 3072, 16, recompute_tiles=False))
+
+
 def test_flex_forward_equals_dense_on_cpu():
     # torch 2.13 has no FlexAttention backward on CPU: the forward pins down the mask_mod's rules.
     anchors, valid, context_length = _layout([45, 17], [8, 3], 4, seed=5)

@@ -34,6 +34,10 @@ ATTENTION_MODES = ("auto", "dense", "sparse", "flex")
 # About 256 queries a tile: measured on CPU (benchmarks/bench_attention.py --tiles) the sweet spot
 # between per-call overhead (small tiles) and the tile's block-diagonal waste (large tiles).
 DEFAULT_TILE_QUERIES = 256
+# Measured on CPU (bench_attention.py): recomputing tiles cost +10% time at the paper's shape, where
+# the kept copies are 5x the dense keys (1 GiB a layer at 32 heads x 128 in bf16), and +57% at the
+# demo's, where they are 1.7x. Recompute above 3x.
+KEPT_KEYS_LIMIT = 3.0
 
 
 def choose_attention(requested: str, device: torch.device | str) -> str:
@@ -63,9 +67,9 @@ class BlockLayout:
     block_size: int  # B
     mode: str = "sparse"  # dense | sparse | flex
     tile_queries: int = DEFAULT_TILE_QUERIES
-    # sparse: recompute each tile in backward instead of keeping its gathered keys (less memory,
-    # about 1.4x the CPU time). Off by default: `gradient_checkpointing` already bounds it per layer.
-    recompute_tiles: bool = False
+    # sparse: recompute each tile in backward instead of keeping its gathered keys. None = when the
+    # kept copies would pass KEPT_KEYS_LIMIT x the dense key count (see `recomputes_tiles`).
+    recompute_tiles: bool | None = None
     # Per-micro-batch plans (tiles, flex block mask), computed once and shared by every layer.
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -191,7 +195,7 @@ def _tiled_attention(query, key, value, layout: BlockLayout, scale: float, dropo
     # A tile's gathered keys/values are copies (prefix + own blocks); kept for backward they add up
     # to (tiles x mean prefix) keys, several times the dense key tensor (but no dense mask).
     # Recomputing each tile in backward keeps only one tile's copies alive at a time.
-    recompute = layout.recompute_tiles and torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+    recompute = recomputes_tiles(layout) and torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
     outputs = []
     for tile, (_, _, prefix, mask) in enumerate(plan):
         used = segments_before[prefix]
@@ -200,6 +204,14 @@ def _tiled_attention(query, key, value, layout: BlockLayout, scale: float, dropo
         args = (queries[tile], mask.to(query.device), keys, values, scale, dropout_p, gqa)
         outputs.append(checkpoint(_attend_tile, *args, use_reentrant=False) if recompute else _attend_tile(*args))
     return torch.cat(outputs, dim=2)
+
+
+def recomputes_tiles(layout: BlockLayout) -> bool:
+    """Whether the sparse path recomputes tiles in backward (the layout's choice, else the rule)."""
+    if layout.recompute_tiles is not None:
+        return layout.recompute_tiles
+    kept = sum(prefix + (end - start) * layout.block_size for start, end, prefix, _ in _tile_plan(layout))
+    return kept > KEPT_KEYS_LIMIT * (layout.context_length + layout.num_queries)
 
 
 _COMPILED_FLEX = None
