@@ -34,9 +34,9 @@ ATTENTION_MODES = ("auto", "dense", "sparse", "flex")
 # About 256 queries a tile: measured on CPU (benchmarks/bench_attention.py --tiles) the sweet spot
 # between per-call overhead (small tiles) and the tile's block-diagonal waste (large tiles).
 DEFAULT_TILE_QUERIES = 256
-# Measured on CPU (bench_attention.py): recomputing tiles cost +10% time at the paper's shape, where
-# the kept copies are 5x the dense keys (1 GiB a layer at 32 heads x 128 in bf16), and +57% at the
-# demo's, where they are 1.7x. Recompute above 3x.
+# Measured on CPU (bench_attention.py): recomputing tiles cost +10..40% time at the paper's shape,
+# where the kept copies are 5x the dense keys (1 GiB a layer at 32 heads x 128 in bf16) and
+# recomputing cuts peak memory 3x, and +35..57% at the demo's, where they are 1.7x. Recompute above 3x.
 KEPT_KEYS_LIMIT = 3.0
 
 
