@@ -40,9 +40,11 @@ class BlockBatch:
     def block_size(self) -> int:
         return self.labels.shape[-1] + 1
 
-    def layout(self, mode: str = "sparse") -> BlockLayout:
+    def layout(self, mode: str = "sparse", recompute_tiles: bool | None = None) -> BlockLayout:
         """The drafter's attention input: which blocks see what, computed by `mode`."""
-        return BlockLayout(self.anchors, self.anchor_valid, self.context_ids.shape[1], self.block_size, mode=mode)
+        return BlockLayout(
+            self.anchors, self.anchor_valid, self.context_ids.shape[1], self.block_size, mode=mode, recompute_tiles=recompute_tiles
+        )
 
     @property
     def attention_mask(self) -> torch.Tensor:

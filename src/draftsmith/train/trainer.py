@@ -220,7 +220,8 @@ class DrafterTrainer:
         with self.autocast():
             hidden = drafter(
                 position_ids=batch.position_ids.to(self.device),
-                attention_mask=batch.layout(self.attention).to(self.device),
+                # Checkpointed layers already recompute attention in backward; tiles need not again.
+                attention_mask=batch.layout(self.attention, False if self.config.gradient_checkpointing else None).to(self.device),
                 noise_embedding=noise,
                 target_hidden=features,
             )
