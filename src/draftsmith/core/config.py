@@ -424,11 +424,13 @@ def config_command(
     extras: Mapping[str, tuple[Any, Any]] | None = None,
     epilog: str | None = None,
     help: str | None = None,
+    own_config_file: bool = False,
 ) -> Callable[..., Any]:
     """Register ``name`` on ``app``: options from ``model`` plus ``--config FILE``; calls ``run(config, **extras)``.
 
     ``extras`` are command-only switches that are not part of the stage's settings (``--json``):
-    name -> (annotation, ``typer.Option(...)``).
+    name -> (annotation, ``typer.Option(...)``). With ``own_config_file`` the stage reads
+    ``--config FILE`` itself (``run(config, config_file=...)``) and ``model`` holds the flags only.
     """
     options = list(options_of(model))
     extras = dict(extras or {})
@@ -460,8 +462,9 @@ def config_command(
             key: value for key, value in values.items()
             if getattr(context.get_parameter_source(key), "name", None) in given
         }
-        config = build_config(model, values, config_file)
-        return run(config, **extra_values)
+        if own_config_file:
+            return run(build_config(model, values), config_file=config_file, **extra_values)
+        return run(build_config(model, values, config_file), **extra_values)
 
     command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     command.__annotations__ = {parameter.name: parameter.annotation for parameter in parameters}

@@ -17,9 +17,11 @@ Relative paths in a file are relative to the file, so a plan file can live next 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from draftsmith.core.config import read_config_file
+from pydantic import BaseModel, ConfigDict, Field
+
+from draftsmith.core.config import cli, read_config_file
 from draftsmith.core.errors import InputError
 from draftsmith.plan.bench_result import load_bench
 from draftsmith.plan.capacity import PlanInputs, validate_inputs
@@ -53,6 +55,58 @@ KEY_TO_FIELD: dict[str, str] = {
     "gpu-counts": "gpu_counts",
 }
 _PATH_FIELDS = {"output_lengths", "prompt_lengths", "bench", "model_config_path"}
+
+
+class PlanFlags(BaseModel):
+    """The command line of `draftsmith plan`: raw text as a person writes it ("914k", "400 tok/s");
+    `build_inputs` merges it over a plan file and `PlanInputs` parses and checks it."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    samples: Annotated[str | None, cli(metavar="N")] = Field(None, description="number of samples to generate (914000, 914k)")
+    output_mean: Annotated[str | None, cli(metavar="TOKENS")] = Field(None, description="average output tokens per sample")
+    output_lengths: Annotated[str | None, cli(metavar="FILE[:COLUMN]")] = Field(
+        None, description="observed output lengths: FILE[:COLUMN] (JSONL, Parquet, CSV, text)"
+    )
+    prompt_mean: Annotated[str | None, cli(metavar="TOKENS")] = Field(None, description="average prompt tokens per sample")
+    prompt_lengths: Annotated[str | None, cli(metavar="FILE[:COLUMN]")] = Field(
+        None, description="observed prompt lengths: FILE[:COLUMN]"
+    )
+    max_tokens: Annotated[str | None, cli(metavar="TOKENS")] = Field(
+        None, description="cap on output tokens; truncates the distribution"
+    )
+    per_gpu: Annotated[str | None, cli(metavar="RATE")] = Field(None, description="throughput of one GPU/server ('400 tok/s')")
+    gpus: Annotated[str | None, cli(metavar="N")] = Field(None, description="number of GPUs/servers")
+    efficiency: Annotated[float | None, cli(metavar="FRACTION")] = Field(
+        None, description="scaling efficiency beyond one GPU (0-1]"
+    )
+    throughput: Annotated[str | None, cli(metavar="RATE")] = Field(
+        None, description="total throughput ('1,600 tok/s', '5.76M/hour')"
+    )
+    bench: Annotated[str | None, cli(metavar="FILE")] = Field(
+        None, description="saved `draftsmith bench` JSON; its knee is per GPU"
+    )
+    claimed_rates: Annotated[list[str], cli("--claimed-rate", split=False, metavar="RATE")] = Field(
+        default_factory=list, description="a rate quoted elsewhere ('5.4M/day'), cross-checked; repeatable"
+    )
+    use_rate: Annotated[str | None, cli(metavar="NAME")] = Field(
+        None, description="when rates disagree, the one to plan on: bench, per-gpu, throughput, claimed"
+    )
+    rate_tolerance: Annotated[float | None, cli(metavar="FRACTION")] = Field(
+        None, description="relative gap two rates may have (0.1)"
+    )
+    deadline: Annotated[str | None, cli(metavar="DURATION")] = Field(
+        None, description="finish within this time ('7d', '36h'): GPUs needed"
+    )
+    model_config_path: Annotated[str | None, cli("--model-config", metavar="PATH")] = Field(
+        None, description="target's config.json (or model dir)"
+    )
+    hidden_size: Annotated[str | None, cli(metavar="N")] = Field(None, description="target hidden size (instead of --model-config)")
+    captured_layers: Annotated[str | None, cli(metavar="N")] = Field(None, description="target layers captured (DFlash: 5)")
+    dtype: Annotated[str | None, cli(metavar="DTYPE")] = Field(None, description="hidden-state dtype on disk (bfloat16)")
+    disk: Annotated[str | None, cli(metavar="SIZE")] = Field(
+        None, description="disk budget for offline hidden states ('90TB', '2 TiB')"
+    )
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
