@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from draftsmith.tokenize.masking import RowDropped
-from draftsmith.tokenize.readers import RawRecord, normalize_row
+from draftsmith.data.sources import Record
+from draftsmith.tokenize.pipeline import masker_row
 from tokenize_helpers import CHATML_TEMPLATE, generation_marker_template, tokenizer_with_template, tool_call_template
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
@@ -16,7 +17,7 @@ ANSWER = "The reversed word is regit."
 
 
 def row(messages, **extra):
-    return normalize_row(RawRecord("test.jsonl:1", row={"id": "r1", "messages": messages, **extra}))
+    return masker_row(Record("test.jsonl:1", row={"id": "r1", "messages": messages, **extra}))
 
 
 def assistant(content=ANSWER, reasoning=REASONING):

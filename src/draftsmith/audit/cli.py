@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
 
         from draftsmith.audit.conversations import audit_conversations
-        from draftsmith.audit.readers import detect_kind
+        from draftsmith.data.sources import detect_kind
         from draftsmith.audit.thresholds import Thresholds
         from draftsmith.audit.tokenized import audit_tokenized
 

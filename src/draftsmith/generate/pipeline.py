@@ -33,7 +33,9 @@ from draftsmith.client.chat import (
 )
 from draftsmith.generate.dispatch import Dispatcher, Endpoint
 from draftsmith.generate.guard import GuardConfig, QualityGuard
-from draftsmith.generate.inputs import PromptSample, load_prompts, shard_of
+from draftsmith.data.generated import generated_row
+from draftsmith.data.prompts import PromptSample, load_prompts
+from draftsmith.generate.inputs import shard_of
 from draftsmith.core.asyncrun import run_async
 from draftsmith.generate.progress import RunProgress
 from draftsmith.generate.store import OutputStore, count_row_ids
@@ -266,6 +268,8 @@ class _Run:
     async def _attempt(self, sample: PromptSample, endpoint: Endpoint) -> tuple[str, Any, float | None]:
         payload = dict(self._base_payload)
         payload["messages"] = sample.messages
+        if sample.tools:
+            payload["tools"] = sample.tools
         try:
             return "ok", await self.client.chat(endpoint.url, payload), None
         except EndpointConnectionError as error:
@@ -370,22 +374,18 @@ class _Run:
         completion_tokens = result.completion_tokens
         if completion_tokens is None and result.completion_token_ids is not None:
             completion_tokens = len(result.completion_token_ids)
-        row = {
-            "id": sample.id,
-            "messages": [
-                *sample.messages,
-                {"role": "assistant", "content": result.content, "reasoning_content": result.reasoning},
-            ],
-            "finish_reason": result.finish_reason,
-            "prompt_tokens": result.prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "reasoning_tokens": result.reasoning_tokens,
-            "prompt_token_ids": result.prompt_token_ids,
-            "completion_token_ids": result.completion_token_ids,
-            "model": result.model or self.model,
-            "endpoint": endpoint.url,
-            "latency_s": round(result.latency_s, 4),
-        }
+        row = generated_row(
+            sample.id, sample.messages, result.content, result.reasoning, sample.tools,
+            finish_reason=result.finish_reason,
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=completion_tokens,
+            reasoning_tokens=result.reasoning_tokens,
+            prompt_token_ids=result.prompt_token_ids,
+            completion_token_ids=result.completion_token_ids,
+            model=result.model or self.model,
+            endpoint=endpoint.url,
+            latency_s=round(result.latency_s, 4),
+        )
         if not self.store.write_row(row):
             return  # a requeued copy finished too: the first complete row wins
         self.unresolved.discard(sample.id)

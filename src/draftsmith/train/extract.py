@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 
 from draftsmith.core.errors import InputError
-from draftsmith.train.data import TokenizedDataset, check_vocabulary, load_tokenized
+from draftsmith.data.tokenized import TokenizedDataset, load_tokenized
+from draftsmith.train.data import check_vocabulary
 
 INDEX_NAME = "index.json"
 FEATURES_KIND = "draftsmith.features"

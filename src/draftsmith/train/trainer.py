@@ -37,7 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from draftsmith.core.errors import InputError
 from draftsmith.train.anchors import anchor_generator, sample_anchors, valid_anchor_positions
 from draftsmith.train.blocks import BlockBatch, build_block_batch
-from draftsmith.train.data import TokenizedDataset, check_vocabulary, load_tokenized
+from draftsmith.data.tokenized import TokenizedDataset, load_tokenized
+from draftsmith.train.data import check_vocabulary
 from draftsmith.train.distributed import (
     DistributedContext,
     all_reduce_sum,

@@ -5,7 +5,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from draftsmith.core.errors import InputError
-from draftsmith.train.data import load_tokenized, write_tokenized
+from draftsmith.data.tokenized import load_tokenized, write_tokenized
 
 ROWS = [
     {"id": "a", "input_ids": [1, 2, 3, 4], "loss_mask": [0, 0, 1, 1]},
@@ -57,5 +57,5 @@ def test_bad_rows_are_named(tmp_path):
     with pytest.raises(InputError, match="not found"):
         load_tokenized(tmp_path / "nowhere")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(InputError, match="no Parquet or Arrow shards"):
+    with pytest.raises(InputError, match="holds no .parquet, .arrow or datasets files"):
         load_tokenized(tmp_path / "empty")
