@@ -57,7 +57,7 @@ def test_content_hash_is_stable_and_duplicates_are_counted(tmp_path):
     [
         ("{bad json", "invalid JSON"),
         (json.dumps({"text": "x"}), "neither 'messages' nor 'conversations'"),
-        (json.dumps({"messages": [{"role": "wizard", "content": "x"}]}), "unknown role 'wizard'"),
+        (json.dumps({"messages": [{"role": "wizard", "content": "x"}]}), "unknown speaker 'wizard'"),
         (json.dumps({"messages": [{"role": "system", "content": "x"}]}), "must end with a user"),
     ],
 )

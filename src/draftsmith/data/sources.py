@@ -47,7 +47,7 @@ class Record:
         try:
             return json.loads(self.line)
         except json.JSONDecodeError as error:
-            raise InputError(f"{self.where}: invalid JSON: {error.msg} at column {error.colno}") from None
+            raise InputError(f"{self.where}: invalid JSON: {error.msg} at column {error.pos + 1}") from None
 
 
 def suffix_of(path: Path) -> str:
