@@ -179,7 +179,7 @@ def test_read_prompts_formats_and_errors(tmp_path):
     with pytest.raises(InputError, match=r"p.jsonl:2: invalid JSON"):
         read_prompts(path)
     path.write_text(json.dumps({"foo": 1}) + "\n")
-    with pytest.raises(InputError, match=r"p.jsonl:1: a prompt row needs"):
+    with pytest.raises(InputError, match=r"p.jsonl:1: row has neither 'messages' nor 'conversations'"):
         read_prompts(path)
 
 

@@ -112,7 +112,8 @@ class Conversation:
 def _message(turn: Any, where: str, key: str, index: int) -> tuple[dict[str, Any], bool]:
     if not isinstance(turn, dict):
         raise InputError(f"{where}: {key}[{index}] must be an object, got {type(turn).__name__}")
-    sharegpt = "from" in turn
+    # Columnar sources give every turn every key (null where a row lacked it): test values, not keys.
+    sharegpt = turn.get("from") is not None
     speaker = turn.get("from") if sharegpt else turn.get("role")
     role = SPEAKERS.get(speaker.lower()) if isinstance(speaker, str) else None
     if role is None:

@@ -22,14 +22,14 @@ class Prompt:
 
 
 def prompt_from_row(row: Any, where: str) -> Prompt:
-    """One prompt row (`messages`, `conversations`, or `prompt`/`text`) as a `Prompt`."""
+    """One prompt row (`messages`, `conversations`, or `prompt`/`text`) as a `Prompt`; any other
+    row gets the error every conversation reader gives."""
     if isinstance(row, dict) and row.get("messages") is None and row.get("conversations") is None:
         for key in ("prompt", "text"):
             if isinstance(row.get(key), str):
                 raw_id = row.get("id")
                 row_id = str(raw_id) if raw_id not in (None, "") else content_hash_id([{"role": "user", "content": row[key]}])
                 return Prompt(row_id, text=row[key])
-        raise InputError(f"{where}: a prompt row needs `messages`, `conversations` or `prompt`")
     sample = conversation_prompt(row, where)
     return Prompt(sample.id, messages=sample.messages, tools=sample.tools)
 
