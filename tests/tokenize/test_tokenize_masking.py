@@ -370,3 +370,21 @@ def test_end_of_turn_from_generation_config_or_option(tmp_path, tiny_target_dir,
         assert trained_text(masker, built) == f"{ANSWER}<|endoftext|>"
     with pytest.raises(InputError, match="not in the tokenizer"):
         ChatMasker(tokenizer, MaskerConfig(end_of_turn_tokens=("<|nope|>",)), tiny_target_dir)
+
+
+def test_row_tools_reach_the_chat_template(make_masker, tiny_target_dir):
+    from draftsmith.tiny import chat_template
+
+    tools_header = (
+        '{%- if tools -%}{{- "<|im_start|>system\\n# Tools\\n" -}}'
+        '{%- for tool in tools -%}{{- tool.function.name + "\\n" -}}{%- endfor -%}'
+        '{{- "<|im_end|>\\n" -}}{%- endif -%}'
+    )
+    masker = make_masker(tokenizer_with_template(tiny_target_dir, tools_header + chat_template()))
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    built = masker.build(row([USER, assistant()], tools=[tool]))
+    text = masker.tokenizer.decode(built.input_ids.tolist(), skip_special_tokens=False)
+    assert text.startswith("<|im_start|>system\n# Tools\nget_weather\n")
+    assert "get_weather" not in trained_text(masker, built) and built.verified
+    plain = masker.build(row([USER, assistant()]))
+    assert "get_weather" not in masker.tokenizer.decode(plain.input_ids.tolist(), skip_special_tokens=False)
