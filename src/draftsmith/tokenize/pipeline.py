@@ -166,17 +166,13 @@ def _init_worker(tokenizer_path: str, config: MaskerConfig, skip_ids: frozenset[
 
 
 def masker_row(record: Record) -> dict[str, Any]:
-    """The row the masker builds from: a checked conversation whose assistant turns all carry a
-    ``reasoning_content`` string (empty when there is none), its tools and engine fields."""
+    """The row the masker builds from: a checked conversation (an assistant turn has
+    ``reasoning_content`` only when it carries reasoning, "" for an empty think block), its tools
+    and engine fields."""
     conversation = parse_conversation(record)
-    messages = [
-        {**message, "reasoning_content": message.get("reasoning_content") or ""}
-        if message["role"] == "assistant" else message
-        for message in conversation.messages
-    ]
     return {
         "id": conversation.id,
-        "messages": messages,
+        "messages": conversation.messages,
         "tools": conversation.tools,
         **engine_fields(conversation),
         "where": record.where,
