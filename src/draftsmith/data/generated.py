@@ -8,6 +8,8 @@ A generated row is one JSON line, ``id`` first::
 
 A row is written whole, with one ``write`` of a complete line, so a reader sees complete rows and
 at most a torn last line from a crash (which `draftsmith.generate`'s store cuts off on resume).
+Rows are read like every conversation row (`data.sources.iter_records` then
+`data.conversation.parse_conversation`, streaming); `engine_fields` checks the engine fields.
 """
 
 from __future__ import annotations
@@ -15,13 +17,11 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
 from draftsmith.core.errors import InputError
-from draftsmith.data.conversation import Conversation, parse_conversation
-from draftsmith.data.sources import iter_records, resolve
+from draftsmith.data.conversation import Conversation
 
 _ID_PREFIX = re.compile(r'\{"id": ("(?:[^"\\]|\\.)*"),')
 
@@ -60,12 +60,6 @@ def line_id(line: str) -> str | None:
         return str(row["id"])
     except (json.JSONDecodeError, KeyError, TypeError):
         return None
-
-
-def iter_generated(paths: str | Path | Iterable[str | Path], split: str | None = None) -> Iterator[Conversation]:
-    """Generated rows (or any conversation rows) as Conversations, streaming."""
-    for record in iter_records(resolve(paths, split)):
-        yield parse_conversation(record)
 
 
 class RowWriter:
