@@ -124,7 +124,7 @@ def _message(turn: Any, where: str, key: str, index: int) -> tuple[dict[str, Any
     try:
         message: dict[str, Any] = {"role": role, "content": text_of(content)}
         if role == "assistant":
-            parts = separate({**turn, "content": message["content"]})
+            parts = separate(turn, message["content"])
             message["content"] = parts.content
             if parts.source == "inline":
                 # Split as Qwen3-style templates split inline tags themselves.

@@ -74,10 +74,12 @@ def text_of(content: Any) -> str:
     raise ValueError(f"content must be a string, got {type(content).__name__}")
 
 
-def separate(message: dict[str, Any]) -> Separated:
+def separate(message: dict[str, Any], content: str | None = None) -> Separated:
     """The one rule: a non-empty reasoning field wins (a stray ``</think>`` in content is folded
-    into it); otherwise inline tags; otherwise an empty field still says "reasoning, empty"."""
-    content = text_of(message.get("content"))
+    into it); otherwise inline tags; otherwise an empty field still says "reasoning, empty".
+    `content`: the message's text when the caller already has it."""
+    if content is None:
+        content = text_of(message.get("content"))
     empty_field = None
     for key in REASONING_KEYS:
         value = message.get(key)
