@@ -54,8 +54,10 @@ class GenerateConfig:
     """Everything a generation run needs. Paths may be str or Path."""
 
     inputs: list[str | Path] | str | Path
-    """Prompt files or dirs: JSONL / JSON / Parquet / ``datasets.save_to_disk`` (messages or ShareGPT)."""
+    """Prompt files or dirs: anything `draftsmith.data.sources` opens, any row format it reads."""
     output_dir: str | Path
+    split: str | None = None
+    """The DatasetDict split to read (default: the one `draftsmith.data.sources.choose_split` rule)."""
     endpoints: list[str] = field(default_factory=lambda: ["http://127.0.0.1:8000"])
     """Base URLs of OpenAI-compatible servers (``http://host:port`` or ``.../v1``), one per GPU/node."""
     model: str | None = None
@@ -523,7 +525,7 @@ async def agenerate(config: GenerateConfig, log: Callable[[str], None] | None = 
             console.print(f"[dim]draftsmith generate:[/] {message}", highlight=False)
 
     started = time.monotonic()
-    samples, duplicate_ids = load_prompts(config.inputs)
+    samples, duplicate_ids = load_prompts(config.inputs, config.split)
     count = config.shard_count
     if count > 1:
         samples = [s for s in samples if shard_of(s.id, count) == config.shard_index]

@@ -64,6 +64,7 @@ class TrainConfig(BaseModel):
     target: Path
     data: Path
     out: Path
+    split: str | None = Field(None, description="DatasetDict split of `data` (default: train, else the only one)")
     offline_features: Path | None = Field(None, description="features directory from `draftsmith extract`")
     block_size: int = Field(16, ge=2)
     num_draft_layers: int = Field(5, ge=1)
@@ -387,7 +388,7 @@ def train_drafter(config: TrainConfig) -> TrainResult:
 def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> TrainResult:
     started = time.perf_counter()
     out_dir = Path(config.out)
-    dataset = load_tokenized(config.data, max_length=config.max_length)
+    dataset = load_tokenized(config.data, max_length=config.max_length, split=config.split)
     trainable = [index for index, sample in enumerate(dataset.samples) if valid_anchor_positions(torch.from_numpy(sample.loss_mask)).numel() > 0]
     if not trainable:
         raise InputError(f"{config.data}: no sample has two consecutive loss-mask tokens, nothing to train on")
