@@ -50,7 +50,7 @@ class _ConversationAccumulator:
         self.token_lengths: list[int] = []  # -1 when unknown
         self.char_lengths: list[int] = []
         self.prompt_lengths: list[int] = []  # -1 when unknown
-        self.pending: list[tuple[int, str | None, list | None]] = []
+        self.pending: list[tuple[int, str | None, list | None, list | None]] = []
         self.completion_hashes: list[int] = []
         self.prompt_hashes: list[int] = []
         self.empty: list[bool] = []
@@ -124,9 +124,12 @@ class _ConversationAccumulator:
         self.char_lengths.append(len(completion_text))
         if self.info is not None and (completion_tokens is None or prompt_tokens is None):
             # Counted in batches: one tokenizer call per few thousand rows, not one per row.
-            self.pending.append(
-                (position, completion_text if completion_tokens is None else None, prompt if prompt_tokens is None else None)
-            )
+            self.pending.append((
+                position,
+                completion_text if completion_tokens is None else None,
+                prompt if prompt_tokens is None else None,
+                row.tools,  # the prompt the model saw had them
+            ))
             if len(self.pending) >= PENDING:
                 self._count_pending()
 
@@ -141,13 +144,15 @@ class _ConversationAccumulator:
 
     def _count_pending(self) -> None:
         tokenizer = self.info.tokenizer
-        completions = [(position, text) for position, text, _ in self.pending if text is not None]
+        completions = [(position, text) for position, text, _, _ in self.pending if text is not None]
         prompts = []
-        for position, _, prompt in self.pending:
+        for position, _, prompt, tools in self.pending:
             if prompt is None:
                 continue
             try:
-                prompts.append((position, tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)))
+                extra = {"tools": tools} if tools else {}
+                text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True, **extra)
+                prompts.append((position, text))
             except Exception:  # a prompt the template rejects still gets the other checks
                 continue
         for target, items in ((self.token_lengths, completions), (self.prompt_lengths, prompts)):
