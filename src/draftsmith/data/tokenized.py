@@ -10,8 +10,6 @@ features are addressed by that order and by id.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.io import atomic_path
 from draftsmith.data.sources import TABLE_SUFFIXES, column_names, resolve, table_batches
 
 SHARD_PATTERN = "part-{index:05d}.parquet"
@@ -174,13 +173,6 @@ def written_ids(output_dir: Path, shards: list[str]) -> set[str]:
 # -- writing ---------------------------------------------------------------------------------------
 
 
-def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    """Write JSON to a hidden temporary beside `path`, then rename it into place."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
-    os.replace(temporary, path)
-
-
 def _list_array(values: list[np.ndarray], dtype) -> pa.Array:
     lengths = np.fromiter((len(item) for item in values), dtype=np.int64, count=len(values))
     offsets = np.zeros(len(values) + 1, dtype=np.int32)
@@ -260,9 +252,8 @@ class ShardWriter:
             schema=SCHEMA,
         )
         name = SHARD_PATTERN.format(index=len(self.shards))
-        temporary = self.output_dir / f".{name}.tmp"
-        pq.write_table(table, temporary, compression="zstd")
-        os.replace(temporary, self.output_dir / name)
+        with atomic_path(self.output_dir / name) as temporary:
+            pq.write_table(table, temporary, compression="zstd")
         self.shards.append(name)
         self._ids, self._input_ids, self._loss_masks, self._finish_reasons = [], [], [], []
 
