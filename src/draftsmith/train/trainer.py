@@ -118,6 +118,7 @@ class DrafterTrainer:
 
     def __init__(self, config: TrainConfig, context: DistributedContext, dataset: TokenizedDataset):
         from draftsmith.model import DFlashDraftModel, build_drafter_config
+        from draftsmith.model.block_attention import choose_attention
         from draftsmith.train.extract import FeatureStore, mask_token_id_for, resolve_layer_ids
         from draftsmith.train.target import load_embedding_and_head, load_target_config, load_target_model
 
@@ -171,6 +172,7 @@ class DrafterTrainer:
             enable()
         self.drafter.train()
         self.weights = position_weights(config.block_size, config.gamma).to(self.device)
+        self.attention = choose_attention(config.attention, self.device)
         self.gamma = config.gamma if config.gamma is not None else default_gamma(config.block_size)
 
     def autocast(self):
@@ -219,7 +221,8 @@ class DrafterTrainer:
         with self.autocast():
             hidden = drafter(
                 position_ids=batch.position_ids.to(self.device),
-                attention_mask=batch.attention_mask.to(self.device),
+                # Checkpointed layers already recompute attention in backward; tiles need not again.
+                attention_mask=batch.layout(self.attention, False if self.config.gradient_checkpointing else None).to(self.device),
                 noise_embedding=noise,
                 target_hidden=features,
             )
@@ -410,7 +413,7 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
         mode = "offline" if config.offline_features else "online"
         print(
             f"training a {config.num_draft_layers}-layer drafter (block {config.block_size}, gamma {trainer.gamma:g}, "
-            f"layers {trainer.layer_ids}, {mode}, {trainer.compute_dtype_name}) on {len(trainable)} samples "
+            f"layers {trainer.layer_ids}, {mode}, {trainer.compute_dtype_name}, {trainer.attention} attention) on {len(trainable)} samples "
             f"x {config.epochs} epochs = {total_steps} steps"
             + (" (capped by max_steps)" if total_steps < per_epoch_steps * config.epochs else "")
             + f", {context.world_size} process(es)"
