@@ -51,13 +51,22 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --out."),
         progress: bool = typer.Option(True, help="Show a progress bar (otherwise log lines)."),
         log_every: int = typer.Option(10, min=1),
+        report_to: str = typer.Option(
+            "none", "--report-to", help="Also send loss, acc per offset, tau, lr, tokens/s to: none, tensorboard (<out>/runs/) or wandb."
+        ),
+        benchmark_steps: int = typer.Option(
+            None, "--benchmark-steps", min=1, metavar="N",
+            help="Time N steps after warm-up, write <out>/train_benchmark.json (for `plan --train --train-bench`) and stop.",
+        ),
     ) -> None:
         """Train a DFlash drafter, online (target in the loop) or offline (--offline FEATURES)."""
         from draftsmith.core.errors import InputError
+        from draftsmith.train.reporting import check_report_to
         from draftsmith.train.trainer import TrainConfig, train_drafter
 
         if dtype not in ("auto", "fp32", "bf16"):
             raise InputError(f"--dtype must be auto, fp32 or bf16, got {dtype!r}")
+        check_report_to(report_to)
         config = TrainConfig(
             target=target,
             data=data,
@@ -88,7 +97,20 @@ def register(app: typer.Typer) -> None:
             resume=resume,
             progress=progress,
             log_every=log_every,
+            report_to=report_to,
+            benchmark_steps=benchmark_steps,
         )
+        if benchmark_steps:
+            from draftsmith.train.benchmark import BENCHMARK_FILE, benchmark_training
+
+            bench = benchmark_training(config)
+            if int(os.environ.get("RANK", "0")) == 0:
+                typer.echo(
+                    f"{bench['steps']} steps in {bench['seconds']:.2f}s on {bench['device']} x {bench['world_size']}: "
+                    f"{bench['steps_per_s']:.3f} steps/s, {bench['tokens_per_s']:,.0f} tok/s, {bench['samples_per_s']:.3f} samples/s, "
+                    f"peak memory {bench['peak_memory_bytes'] / 2**30:.2f} GiB; wrote {out / BENCHMARK_FILE}"
+                )
+            return
         result = train_drafter(config)
         if int(os.environ.get("RANK", "0")) == 0:
             typer.echo(

@@ -48,6 +48,7 @@ from draftsmith.train.distributed import (
     shutdown,
 )
 from draftsmith.train.loss import default_gamma, dflash_loss_from_hidden, position_weights
+from draftsmith.train.reporting import check_report_to, make_reporter
 
 CHECKPOINT_DIR = "checkpoints"
 FINAL_DIR = "drafter"
@@ -92,6 +93,12 @@ class TrainConfig(BaseModel):
     resume: bool = False
     log_every: int = Field(10, ge=1)
     progress: bool = True
+    report_to: Literal["none", "tensorboard", "wandb"] = Field(
+        "none", description="also send the log points' scalars to tensorboard (<out>/runs/) or wandb"
+    )
+    benchmark_steps: int | None = Field(
+        None, ge=1, description="time this many steps after warm-up, write train_benchmark.json and stop (no full run)"
+    )
 
 
 @dataclass
@@ -385,6 +392,7 @@ def train_drafter(config: TrainConfig) -> TrainResult:
 
 def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> TrainResult:
     started = time.perf_counter()
+    check_report_to(config.report_to)
     out_dir = Path(config.out)
     dataset = load_tokenized(config.data, max_length=config.max_length)
     trainable = [index for index, sample in enumerate(dataset.samples) if valid_anchor_positions(torch.from_numpy(sample.loss_mask)).numel() > 0]
@@ -451,6 +459,7 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
             + (f"; resuming at step {step}" if resumed_from is not None else "")
         )
     log_handle = (out_dir / LOG_FILE).open("a") if context.is_main else None
+    reporter = make_reporter(config.report_to if context.is_main else "none", out_dir, config.model_dump(mode="json"))
     progress = _Progress(config.progress and context.is_main, total_steps, step)
 
     block_offsets = config.block_size - 1
@@ -528,6 +537,7 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
                     last_record = record
                     log_handle.write(json.dumps(record) + "\n")
                     log_handle.flush()
+                    reporter.log(step, record)
                     if not config.progress:
                         print(
                             f"step {step}/{total_steps} loss {record['loss']:.4f} acc@1 {float(accuracy[0]):.3f} "
@@ -549,6 +559,7 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
             checkpoint_now()
     finally:
         progress.close()
+        reporter.close()
         if log_handle is not None:
             log_handle.close()
 
