@@ -22,6 +22,9 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(None, help="Also write the JSON report to this file."),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON report instead of tables."),
         threads: int = typer.Option(None, min=1, help="torch CPU threads (1 is fastest for tiny models on busy machines)."),
+        plot: Path = typer.Option(
+            None, "--plot", metavar="FILE.png", help="Also draw the acceptance-length histogram and per-position acceptance to this PNG."
+        ),
     ) -> None:
         """Run real speculative decoding; report tau, acceptance histogram, tokens/s and losslessness."""
         import torch
@@ -36,6 +39,8 @@ def register(app: typer.Typer) -> None:
         dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
         if dtype not in dtypes:
             raise InputError(f"--dtype must be one of {sorted(dtypes)}, got {dtype!r}")
+        if plot is not None and plot.suffix.lower() != ".png":
+            raise InputError(f"--plot {plot}: the plot is a PNG; give a file name ending in .png")
         err = Console(stderr=True)
         with Progress(
             TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err, transient=True
@@ -58,6 +63,11 @@ def register(app: typer.Typer) -> None:
             tmp = out.with_name(out.name + ".tmp")
             tmp.write_text(report.to_json() + "\n")
             tmp.replace(out)
+        if plot is not None:
+            from draftsmith.evaluate.plot import plot_eval_report
+
+            plot_eval_report(report, plot)
+            err.print(f"plot written to {plot}")
         if as_json:
             typer.echo(json.dumps(report.to_dict(), indent=2))
         else:
