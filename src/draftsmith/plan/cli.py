@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         model_config: Path = typer.Option(None, "--model-config", metavar="PATH", help="Target's config.json (or model dir)."),
         hidden_size: str = typer.Option(None, "--hidden-size", metavar="N", help="Target hidden size (instead of --model-config)."),
         captured_layers: str = typer.Option(None, "--captured-layers", metavar="N", help="Target layers captured (DFlash: 5)."),
-        dtype: str = typer.Option(None, "--dtype", metavar="DTYPE", help="Hidden-state dtype on disk (bfloat16)."),
+        dtype: str = typer.Option(None, "--dtype", metavar="DTYPE", help="Hidden-state dtype on disk (bfloat16); with --train, the target's weights and activations."),
         disk: str = typer.Option(None, "--disk", metavar="SIZE", help="Disk budget for offline hidden states ('90TB', '2 TiB')."),
         as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON instead of tables."),
         train: bool = typer.Option(False, "--train", help="Plan a drafter training run instead: wall time and GPU memory."),

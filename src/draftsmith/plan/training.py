@@ -142,8 +142,6 @@ def validate_train_inputs(data: dict[str, Any] | TrainPlanInputs) -> TrainPlanIn
             flag = {"model_config_path": "model-config"}.get(field, field.replace("_", "-"))
             raise InputError(f"plan --train needs --{flag}") from None
         raise InputError(f"--{field.replace('_', '-')}: {first['msg']}") from None
-    except InputError:
-        raise
 
 
 class SequenceFlops(BaseModel):

@@ -135,6 +135,8 @@ def _benchmark(config: TrainConfig, context, warmup_steps: int) -> dict[str, Any
             "target_layer_ids": trainer.layer_ids,
             "hidden_size": int(trainer.drafter_config.hidden_size),
             "compute_dtype": trainer.compute_dtype_name,
+            # The attention path in use, once the trainer chooses one (dense mask before that).
+            "attention": getattr(trainer, "attention", "dense"),
         },
         "target": str(config.target),
         "data": str(config.data),
