@@ -166,3 +166,12 @@ def test_cli_missing_and_bad_inputs_exit_2(target_config, capsys):
     assert "unknown GPU" in capsys.readouterr().err
     assert main(["plan", "--train", "--samples", "10", "--model-config", str(target_config)]) == 2
     assert "--mean-length" in capsys.readouterr().err
+
+
+def test_shallow_target_captures_each_layer_once(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**QWEN3_27B_LIKE, "num_hidden_layers": 3}))
+    plan = make_train_plan(seed_inputs(path))
+    assert plan.inputs["num_features"] == 3
+    assert plan.drafter_params == 5 * LAYER + 3 * 5120 * 5120 + 2 * 5120
+    assert any("planning on 3" in warning for warning in plan.warnings)

@@ -281,7 +281,9 @@ def make_train_plan(inputs: TrainPlanInputs | dict[str, Any]) -> TrainPlan:
     shape = read_target_shape(inputs.model_config_path)
     warnings: list[str] = []
     if inputs.num_features > shape.num_layers:
-        raise InputError(f"--captured-layers {inputs.num_features} is more than the target's {shape.num_layers} layers")
+        # As the trainer does: a shallow target gives each of its layers once.
+        warnings.append(f"--captured-layers {inputs.num_features} is more than the target's {shape.num_layers} layers; planning on {shape.num_layers}")
+        inputs = inputs.model_copy(update={"num_features": shape.num_layers})
     if inputs.mean_length > inputs.max_length:
         raise InputError(f"--mean-length {inputs.mean_length:g} is above --max-length {inputs.max_length}")
     peak_flops, table_memory = GPU_SPECS[inputs.gpu]
