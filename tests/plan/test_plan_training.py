@@ -120,6 +120,7 @@ def test_measured_rate_from_a_train_benchmark(target_config, tmp_path):
         "kind": "draftsmith.train_benchmark", "version": 1, "mode": "online", "device": "cuda:0 NVIDIA H200",
         "world_size": 2, "steps": 20, "tokens_per_s": 8000.0, "samples_per_s": 2.9, "mean_tokens_per_sample": 2750.0,
         "peak_memory_bytes": 118_000_000_000,
+        "shapes": {"block_size": 16, "num_anchors": 512, "num_draft_layers": 5, "batch_size": 1},
     }))
     plan = make_train_plan(seed_inputs(target_config, train_bench=str(bench)))
     assert plan.headline.source == "train-bench"
@@ -129,6 +130,8 @@ def test_measured_rate_from_a_train_benchmark(target_config, tmp_path):
     short = make_train_plan(seed_inputs(target_config, train_bench=str(bench), mean_length=1000, offline=True))
     assert any("ran online but this plan is offline" in w for w in short.warnings)
     assert any("2,750 tokens per sample" in w for w in short.warnings)
+    other = make_train_plan(seed_inputs(target_config, train_bench=str(bench), draft_layers=1))
+    assert [w for w in other.warnings if "num_draft_layers 5 but this plan has 1" in w]
 
 
 def test_bad_train_benchmark_is_a_one_line_error(target_config, tmp_path):

@@ -86,7 +86,7 @@ def test_benchmark_steps_write_a_file_plan_reads(tokenized, tiny_target_dir, tmp
     assert sorted(p.name for p in out.iterdir()) == ["train_benchmark.json"]  # no checkpoint, drafter or log
 
     plan = make_train_plan(dict(samples=1000, mean_length=data["mean_tokens_per_sample"], max_length=256, epochs=2,
-                                num_anchors=16, block_size=8, draft_layers=1, num_features=4, gpus=3,
+                                num_anchors=16, block_size=8, draft_layers=1, num_features=4, batch_size=2, gpus=3,
                                 model_config_path=str(tiny_target_dir), train_bench=str(out / "train_benchmark.json")))
     assert plan.headline.source == "train-bench"
     assert plan.headline.wall_time.seconds == pytest.approx(1000 * 2 * data["mean_tokens_per_sample"] / (data["tokens_per_s"] * 3))

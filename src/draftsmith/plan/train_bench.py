@@ -30,6 +30,7 @@ class TrainBenchSummary(BaseModel):
     samples_per_s: float
     mean_tokens_per_sample: float
     peak_memory_bytes: int | None = None
+    shapes: dict[str, Any] = {}
 
     @property
     def per_gpu_tokens_per_s(self) -> float:
@@ -70,4 +71,5 @@ def train_bench_from_dict(data: Any, source: str = "train benchmark") -> TrainBe
         samples_per_s=float(_positive(data, "samples_per_s", source)),
         mean_tokens_per_sample=float(_positive(data, "mean_tokens_per_sample", source)),
         peak_memory_bytes=peak if isinstance(peak, int) and not isinstance(peak, bool) and peak > 0 else None,
+        shapes=data["shapes"] if isinstance(data.get("shapes"), dict) else {},
     )

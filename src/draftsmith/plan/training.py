@@ -324,6 +324,14 @@ def make_train_plan(inputs: TrainPlanInputs | dict[str, Any]) -> TrainPlan:
         ordered.insert(0, measured)
         if bench.mode != mode:
             warnings.append(f"the train benchmark ran {bench.mode} but this plan is {mode}; its rate does not carry over")
+        for key, field in (("block_size", "block_size"), ("num_anchors", "num_anchors"), ("num_draft_layers", "draft_layers"),
+                           ("batch_size", "batch_size")):
+            measured_value = bench.shapes.get(key)
+            if measured_value is not None and measured_value != getattr(inputs, field):
+                warnings.append(
+                    f"the train benchmark ran with {key} {measured_value} but this plan has {getattr(inputs, field)}; "
+                    f"benchmark the shapes you will train with"
+                )
         ratio = inputs.mean_length / bench.mean_tokens_per_sample
         if not 2 / 3 <= ratio <= 1.5:
             warnings.append(
