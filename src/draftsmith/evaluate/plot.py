@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from draftsmith.core.io import atomic_path
 from draftsmith.evaluate.speculative import EvalReport, per_position_acceptance
 
 
@@ -43,8 +43,9 @@ def plot_eval_report(report: EvalReport, path: str | Path) -> Path:
         + ("lossless" if report.lossless else "NOT lossless")
     )
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    figure.savefig(partial, format="png", dpi=110)
-    plt.close(figure)
-    os.replace(partial, path)
+    try:
+        with atomic_path(path) as temporary:
+            figure.savefig(temporary, format="png", dpi=110)
+    finally:
+        plt.close(figure)
     return path

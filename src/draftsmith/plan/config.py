@@ -16,17 +16,15 @@ Relative paths in a file are relative to the file, so a plan file can live next 
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from draftsmith.core.config import read_config_file
 from draftsmith.core.errors import InputError
 from draftsmith.plan.bench_result import load_bench
 from draftsmith.plan.capacity import PlanInputs, validate_inputs
 from draftsmith.plan.distribution import load_lengths, split_source_spec
-from draftsmith.plan.units import parse_count
+from draftsmith.core.units import parse_count
 
 # File/flag key -> PlanInputs field. File-only conveniences (lists of factors) live here too.
 KEY_TO_FIELD: dict[str, str] = {
@@ -90,24 +88,7 @@ def load_config_file(path: str | Path, key_to_field: dict[str, str] | None = Non
     """Raw values from a YAML or TOML plan file, keyed by PlanInputs field, paths made absolute."""
     key_to_field = KEY_TO_FIELD if key_to_field is None else key_to_field
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such config file")
-    text = path.read_text(encoding="utf-8")
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".toml":
-            data = tomllib.loads(text)
-        elif suffix in {".yaml", ".yml", ".json"}:
-            data = yaml.safe_load(text)
-        else:
-            raise InputError(f"{path}: unknown config format {suffix!r} (use .yaml, .yml or .toml)")
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise InputError(f"{path}: cannot parse ({first_line})") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a mapping of plan inputs at the top level")
+    data = read_config_file(path)
     if isinstance(data.get("plan"), dict) and len(data) == 1:
         data = data["plan"]  # allow a [plan] table / plan: section
     values: dict[str, Any] = {}

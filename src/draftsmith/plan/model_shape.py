@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from draftsmith.core.errors import InputError
-from draftsmith.plan.jsonfile import read_json_file
+from draftsmith.core.io import read_json_file
 
 
 class TargetShape(BaseModel):

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from draftsmith.core.errors import InputError
-from draftsmith.plan.jsonfile import read_json_file
+from draftsmith.core.io import read_json_file
 
 TRAIN_BENCH_KIND = "draftsmith.train_benchmark"
 TRAIN_BENCH_VERSION = 1

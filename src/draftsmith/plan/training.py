@@ -38,7 +38,7 @@ from draftsmith.model.storage import dtype_size
 from draftsmith.plan.capacity import WallTime
 from draftsmith.plan.model_shape import TargetShape, read_target_shape
 from draftsmith.plan.train_bench import TrainBenchSummary, load_train_bench
-from draftsmith.plan.units import parse_count, parse_size
+from draftsmith.core.units import parse_count, parse_size
 
 # bf16 dense tensor-core peak (FLOP/s) and memory (bytes) per GPU, from the vendors' datasheets (SXM parts).
 GPU_SPECS: dict[str, tuple[float, int]] = {

@@ -8,8 +8,6 @@ updated as in training, so the steps cost what real ones do.
 
 from __future__ import annotations
 
-import json
-import os
 import resource
 import sys
 import time
@@ -20,10 +18,13 @@ from typing import Any
 import torch
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.io import write_json_atomic
+from draftsmith.core.lock import lock_directory
 from draftsmith.train.anchors import valid_anchor_positions
 from draftsmith.train.data import load_tokenized
 from draftsmith.train.distributed import all_reduce_sum, barrier, init_distributed, shutdown
-from draftsmith.train.trainer import DrafterTrainer, TrainConfig, epoch_order, micro_batches
+from draftsmith.train.config import TrainConfig
+from draftsmith.train.trainer import DrafterTrainer, epoch_order, micro_batches
 
 BENCHMARK_FILE = "train_benchmark.json"
 KIND = "draftsmith.train_benchmark"  # read by draftsmith.plan.train_bench
@@ -57,7 +58,8 @@ def benchmark_training(config: TrainConfig, warmup_steps: int = DEFAULT_WARMUP_S
         torch.set_num_threads(config.num_threads)
     context = init_distributed(config.device)
     try:
-        return _benchmark(config, context, warmup_steps)
+        with lock_directory(config.out, "train benchmark") if context.is_main else nullcontext():
+            return _benchmark(config, context, warmup_steps)
     finally:
         shutdown(context)
 
@@ -144,8 +146,6 @@ def _benchmark(config: TrainConfig, context, warmup_steps: int) -> dict[str, Any
     if context.is_main:
         out_dir = Path(config.out)
         out_dir.mkdir(parents=True, exist_ok=True)
-        partial = out_dir / f".{BENCHMARK_FILE}.partial"
-        partial.write_text(json.dumps(result, indent=1) + "\n")
-        os.replace(partial, out_dir / BENCHMARK_FILE)
+        write_json_atomic(out_dir / BENCHMARK_FILE, result, indent=1)
     barrier(context)
     return result
