@@ -20,10 +20,10 @@ import torch
 from draftsmith.core.errors import InputError
 from draftsmith.core.io import write_json_atomic
 from draftsmith.core.lock import lock_directory
+from draftsmith.data.tokenized import load_tokenized
 from draftsmith.train.anchors import valid_anchor_positions
-from draftsmith.train.data import load_tokenized
-from draftsmith.train.distributed import all_reduce_sum, barrier, init_distributed, shutdown
 from draftsmith.train.config import TrainConfig
+from draftsmith.train.distributed import all_reduce_sum, barrier, init_distributed, shutdown
 from draftsmith.train.trainer import DrafterTrainer, epoch_order, micro_batches
 
 BENCHMARK_FILE = "train_benchmark.json"
@@ -65,7 +65,7 @@ def benchmark_training(config: TrainConfig, warmup_steps: int = DEFAULT_WARMUP_S
 
 
 def _benchmark(config: TrainConfig, context, warmup_steps: int) -> dict[str, Any]:
-    dataset = load_tokenized(config.data, max_length=config.max_length)
+    dataset = load_tokenized(config.data, max_length=config.max_length, split=config.split)
     trainable = [i for i, s in enumerate(dataset.samples) if valid_anchor_positions(torch.from_numpy(s.loss_mask)).numel() > 0]
     if not trainable:
         raise InputError(f"{config.data}: no sample has two consecutive loss-mask tokens, nothing to benchmark on")
@@ -137,8 +137,7 @@ def _benchmark(config: TrainConfig, context, warmup_steps: int) -> dict[str, Any
             "target_layer_ids": trainer.layer_ids,
             "hidden_size": int(trainer.drafter_config.hidden_size),
             "compute_dtype": trainer.compute_dtype_name,
-            # The attention path in use, once the trainer chooses one (dense mask before that).
-            "attention": getattr(trainer, "attention", "dense"),
+            "attention": trainer.attention,
         },
         "target": str(config.target),
         "data": str(config.data),
