@@ -12,17 +12,29 @@ from draftsmith.plan.config import PlanFlags
 
 
 def plan(flags: PlanFlags, config_file: Path | None = None, as_json: bool = False) -> None:
-    """Plan a regeneration run: wall time, rate cross-check, sensitivity, GPUs for a deadline, storage."""
-    from draftsmith.plan.capacity import make_plan
-    from draftsmith.plan.config import build_inputs
-    from draftsmith.plan.report import render_plan
+    """Plan a regeneration run: wall time, rate cross-check, sensitivity, GPUs for a deadline, storage.
 
+    With --train: plan a drafter training run (wall time online/offline, memory per GPU, dense vs sparse attention).
+    """
     # The plan file resolves its relative paths against its own folder, so plan reads it itself.
-    result = make_plan(build_inputs(config_file, flags.model_dump()))
+    if flags.train:
+        from draftsmith.plan.config import build_train_inputs
+        from draftsmith.plan.report import render_train_plan
+        from draftsmith.plan.training import make_train_plan
+
+        result = make_train_plan(build_train_inputs(config_file, flags.train_overrides()))
+        render = render_train_plan
+    else:
+        from draftsmith.plan.capacity import make_plan
+        from draftsmith.plan.config import build_inputs
+        from draftsmith.plan.report import render_plan
+
+        result = make_plan(build_inputs(config_file, flags.plan_overrides()))
+        render = render_plan
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
-        render_plan(result)
+        render(result)
 
 
 def register(app: typer.Typer) -> None:

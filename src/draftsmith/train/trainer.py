@@ -53,6 +53,7 @@ from draftsmith.train.distributed import (
     shutdown,
 )
 from draftsmith.train.loss import default_gamma, dflash_loss_from_hidden, position_weights
+from draftsmith.train.reporting import check_report_to, make_reporter
 
 CHECKPOINT_DIR = "checkpoints"
 FINAL_DIR = "drafter"
@@ -311,6 +312,7 @@ def train_drafter(config: TrainConfig) -> TrainResult:
     """Train (or resume training) a drafter; the final checkpoint lands in `<out>/drafter`."""
     from draftsmith.model import save_drafter
 
+    check_report_to(config.report_to)  # before anything is loaded or --out is made
     if config.num_threads is not None:
         torch.set_num_threads(config.num_threads)
     context = init_distributed(config.device)
@@ -391,6 +393,7 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
             file=sys.stderr,
         )
     log_handle = (out_dir / LOG_FILE).open("a") if context.is_main else None
+    reporter = make_reporter(config.report_to if context.is_main else "none", out_dir, config.model_dump(mode="json"))
     progress = Progress("train", total_steps, unit="steps", token_unit="tok", enabled=config.progress and context.is_main,
                         completed=step).__enter__()
 
@@ -469,6 +472,7 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
                     last_record = record
                     log_handle.write(json.dumps(record) + "\n")
                     log_handle.flush()
+                    reporter.log(step, record)
                     if not config.progress:
                         print(
                             f"step {step}/{total_steps} loss {record['loss']:.4f} acc@1 {float(accuracy[0]):.3f} "
@@ -491,6 +495,7 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
             checkpoint_now()
     finally:
         progress.__exit__(None, None, None)
+        reporter.close()
         if log_handle is not None:
             log_handle.close()
 
