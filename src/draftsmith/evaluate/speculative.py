@@ -70,10 +70,12 @@ class EvalReport:
     speculative_tokens_per_s: float
     target_tokens_per_s: float
     speedup: float
-    lossless: bool
+    lossless: bool | None  # greedy: outputs token-identical; None when sampling (checked by distribution in tests)
     mismatched_prompts: list[str]
     max_new_tokens: int
     per_prompt: list[PromptResult]
+    temperature: float = 0.0
+    per_position_acceptance: list[float] = field(default_factory=list)
 
     kind: str = "draftsmith.eval"
     version: int = 1
@@ -88,7 +90,10 @@ class EvalReport:
 
     @property
     def verdict(self) -> str:
-        status = "lossless" if self.lossless else f"NOT LOSSLESS ({len(self.mismatched_prompts)} prompts differ)"
+        if self.lossless is None:
+            status = f"speculative sampling at T={self.temperature:g}"
+        else:
+            status = "lossless" if self.lossless else f"NOT LOSSLESS ({len(self.mismatched_prompts)} prompts differ)"
         return (
             f"tau {self.tau:.2f} (block {self.block_size}) over {self.total_cycles} cycles, "
             f"{self.speculative_tokens_per_s:.1f} vs {self.target_tokens_per_s:.1f} tok/s "
@@ -104,10 +109,13 @@ class EvalReport:
         summary.add_row("speculative tokens/s", f"{self.speculative_tokens_per_s:.1f}")
         summary.add_row("plain greedy target tokens/s", f"{self.target_tokens_per_s:.1f}")
         summary.add_row("speed-up", f"{self.speedup:.2f}x")
-        summary.add_row(
-            "lossless (greedy output identical)",
-            "yes" if self.lossless else f"[bold red]NO[/] — differs for {', '.join(self.mismatched_prompts[:5])}",
-        )
+        if self.lossless is None:
+            summary.add_row("sampling temperature", f"{self.temperature:g} (outputs differ per seed by design)")
+        else:
+            summary.add_row(
+                "lossless (greedy output identical)",
+                "yes" if self.lossless else f"[bold red]NO[/] — differs for {', '.join(self.mismatched_prompts[:5])}",
+            )
         console.print(summary)
         histogram = Table(title="accepted tokens per cycle")
         histogram.add_column("length", justify="right")
@@ -367,12 +375,16 @@ def evaluate_drafter(
     dtype: torch.dtype = torch.float32,
     strict: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    temperature: float = 0.0,
+    seed: int = 0,
 ) -> EvalReport:
-    """Speculative vs plain greedy decoding on every prompt; tau, histogram, tokens/s, lossless check.
+    """Speculative vs plain decoding on every prompt; tau, histogram, tokens/s, lossless check.
 
     `prompts` is a file (see `read_prompts`), a list of `Prompt`s / rows, or a list of token-id
-    lists. With `strict` (default) a non-identical output raises `LosslessnessError` naming the
-    prompts and the first differing position; otherwise the report says so in `lossless`.
+    lists. At temperature 0 (greedy) with `strict` (default) a non-identical output raises
+    `LosslessnessError` naming the prompts and the first differing position; otherwise the report
+    says so in `lossless`. Above 0 both sides sample (speculative sampling vs plain sampling, seeded
+    by `seed`); single outputs then differ by design and `lossless` is None.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -390,6 +402,8 @@ def evaluate_drafter(
     drafter = drafter.eval()
     if max_new_tokens < 1:
         raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise InputError(f"temperature must be >= 0, got {temperature}")
     _check_pair(target, drafter)
 
     if isinstance(prompts, (str, Path)):
@@ -418,11 +432,19 @@ def evaluate_drafter(
     results: list[PromptResult] = []
     histogram: Counter[int] = Counter()
     spec_tokens = spec_seconds = target_tokens = target_seconds = 0.0
+    sampling = temperature > 0
     for done, (prompt_id, ids) in enumerate(encoded, start=1):
         input_ids = torch.tensor([ids], device=device)
-        plain = greedy_decode(target, input_ids, max_new_tokens, stops)
-        spec = speculative_decode(target, drafter, input_ids, max_new_tokens, stops, block)
-        mismatch = _first_mismatch(plain.tokens, spec.tokens)
+        if sampling:
+            plain = sample_decode(target, input_ids, max_new_tokens, stops, temperature,
+                                  torch.Generator(device=device).manual_seed(seed + done))
+            spec = speculative_decode(target, drafter, input_ids, max_new_tokens, stops, block, temperature=temperature,
+                                      generator=torch.Generator(device=device).manual_seed(seed + done))
+            mismatch = _first_mismatch(plain.tokens, spec.tokens)  # reported, but expected at T > 0
+        else:
+            plain = greedy_decode(target, input_ids, max_new_tokens, stops)
+            spec = speculative_decode(target, drafter, input_ids, max_new_tokens, stops, block)
+            mismatch = _first_mismatch(plain.tokens, spec.tokens)
         histogram.update(spec.acceptance_lengths)
         spec_tokens += len(spec.tokens)
         spec_seconds += spec.seconds
@@ -447,7 +469,12 @@ def evaluate_drafter(
             progress(done, len(encoded))
 
     total_cycles = sum(histogram.values())
-    mismatched = [r.id for r in results if not r.identical]
+    mismatched = [] if sampling else [r.id for r in results if not r.identical]
+    # Draft position k was accepted in every cycle that committed more than k tokens.
+    per_position = [
+        sum(v for length, v in histogram.items() if length > k) / total_cycles if total_cycles else 0.0
+        for k in range(1, block)
+    ]
     spec_rate = spec_tokens / spec_seconds if spec_seconds else 0.0
     target_rate = target_tokens / target_seconds if target_seconds else 0.0
     report = EvalReport(
@@ -460,10 +487,12 @@ def evaluate_drafter(
         speculative_tokens_per_s=spec_rate,
         target_tokens_per_s=target_rate,
         speedup=spec_rate / target_rate if target_rate else 0.0,
-        lossless=not mismatched,
+        lossless=None if sampling else not mismatched,
         mismatched_prompts=mismatched,
         max_new_tokens=max_new_tokens,
         per_prompt=results,
+        temperature=temperature,
+        per_position_acceptance=per_position,
     )
     if strict and mismatched:
         raise LosslessnessError(_mismatch_message(report))
