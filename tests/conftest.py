@@ -37,6 +37,6 @@ def small_demo(tmp_path_factory):
 
     return run_demo(
         DemoConfig(workdir=tmp_path_factory.mktemp("demo") / "demo", train_prompts=160, eval_prompts=6,
-                   train_steps=120, eval_max_new_tokens=96),
+                   train_steps=120, eval_max_new_tokens=96, threads=1),
         log=lambda message: None,
     )

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from draftsmith.core.errors import InputError
+from draftsmith.model.config import FEATURE_DEFINITION
 from draftsmith.train.data import TokenizedDataset, check_vocabulary, load_tokenized
 
 INDEX_NAME = "index.json"
@@ -148,6 +149,7 @@ def extract_features(
         "version": FEATURES_VERSION,
         "target": str(target.resolve()),
         "layer_ids": layer_ids,
+        "feature_definition": FEATURE_DEFINITION,
         "hidden_size": hidden_size,
         "feature_dim": hidden_size * len(layer_ids),
         "dtype": dtype,
@@ -258,6 +260,8 @@ class FeatureStore:
         if not self.index.get("complete"):
             raise InputError(f"{index_path}: extraction is incomplete; rerun `draftsmith extract` to finish it")
         self.layer_ids: list[int] = list(self.index["layer_ids"])
+        # Absent in directories extracted before the definition; only the last layer differs then.
+        self.feature_definition: str | None = self.index.get("feature_definition")
         self.dtype = DTYPES[self.index["dtype"]]
         self._shards = sorted(self.index["shards"], key=lambda shard: shard["first"])
         self._open: dict[str, tuple[object, torch.Tensor]] = {}
