@@ -44,6 +44,8 @@ class DecodeResult:
     tokens: list[int]
     seconds: float
     acceptance_lengths: list[int] = field(default_factory=list)
+    # Drafts matching the target per cycle, counted before cutting at a stop token, as vLLM counts.
+    accepted_drafts: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -76,6 +78,8 @@ class EvalReport:
     per_prompt: list[PromptResult]
     temperature: float = 0.0
     per_position_acceptance: list[float] = field(default_factory=list)
+    # 1 + accepted drafts / cycles with drafts past a stop token counted, like vLLM's /metrics.
+    tau_engine_counting: float = 0.0
 
     kind: str = "draftsmith.eval"
     version: int = 1
@@ -270,6 +274,7 @@ def speculative_decode(
     cache_kwarg = _cache_kwarg(target)
     prompt_len = input_ids.shape[1]
     acceptance_lengths: list[int] = []
+    accepted_drafts: list[int] = []
     with LayerFeatureTap(target, drafter.target_layer_ids) as tap:
         output = target(input_ids, use_cache=True, logits_to_keep=1, **{cache_kwarg: target_cache})
         first = output.logits[0, -1]
@@ -322,10 +327,11 @@ def speculative_decode(
                     break
             tokens.extend(new_tokens)
             acceptance_lengths.append(len(new_tokens))
+            accepted_drafts.append(accepted)
             committed = anchor_position + accepted + 1  # anchor + accepted drafts now hold valid target KV
             _crop(target_cache, committed)
             pending_context = tap.take()[:, : accepted + 1]
-    return DecodeResult(tokens[:max_new_tokens], time.perf_counter() - started, acceptance_lengths)
+    return DecodeResult(tokens[:max_new_tokens], time.perf_counter() - started, acceptance_lengths, accepted_drafts)
 
 
 def _verify_sampled(drafts, draft_probs, target_probs, generator, accept_rule) -> tuple[int, int]:
@@ -431,6 +437,7 @@ def evaluate_drafter(
 
     results: list[PromptResult] = []
     histogram: Counter[int] = Counter()
+    raw_accepted = 0
     spec_tokens = spec_seconds = target_tokens = target_seconds = 0.0
     sampling = temperature > 0
     for done, (prompt_id, ids) in enumerate(encoded, start=1):
@@ -446,6 +453,7 @@ def evaluate_drafter(
             spec = speculative_decode(target, drafter, input_ids, max_new_tokens, stops, block)
             mismatch = _first_mismatch(plain.tokens, spec.tokens)
         histogram.update(spec.acceptance_lengths)
+        raw_accepted += sum(spec.accepted_drafts)
         spec_tokens += len(spec.tokens)
         spec_seconds += spec.seconds
         target_tokens += len(plain.tokens)
@@ -493,6 +501,7 @@ def evaluate_drafter(
         per_prompt=results,
         temperature=temperature,
         per_position_acceptance=per_position,
+        tau_engine_counting=1 + raw_accepted / total_cycles if total_cycles else 0.0,
     )
     if strict and mismatched:
         raise LosslessnessError(_mismatch_message(report))
