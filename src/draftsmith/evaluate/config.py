@@ -1,4 +1,8 @@
-"""`EvalConfig`: what `draftsmith eval` measures, in-process (target + drafter) or on a live engine."""
+"""The settings of `draftsmith eval` (its CLI options come from this model).
+
+Two modes: `target` + `drafter` runs real speculative decoding in this process; `endpoint`
+measures a live engine already serving the target with the drafter (see evaluate/endpoint.py).
+"""
 
 from __future__ import annotations
 
@@ -6,29 +10,30 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from draftsmith.core.config import StorageDType
+
 
 class EvalConfig(BaseModel):
-    """Either `target` + `drafter` (real speculative decoding in this process) or `endpoint`."""
-
     model_config = ConfigDict(extra="forbid")
 
-    prompts: Path = Field(..., description="Prompts: JSONL/JSON/Parquet rows with messages, conversations or prompt.")
-    target: Path | None = Field(None, description="Target model directory (Hugging Face format, with tokenizer).")
-    drafter: Path | None = Field(None, description="Drafter checkpoint directory (config.json + model.safetensors).")
+    prompts: Path = Field(description="prompts: JSONL/JSON/Parquet rows with messages, conversations or prompt")
+    target: Path | None = Field(None, description="target model directory (Hugging Face format, with tokenizer)")
+    drafter: Path | None = Field(None, description="drafter checkpoint directory (config.json + model.safetensors)")
     endpoint: str | None = Field(
-        None, description="Measure a live engine serving target + drafter at this URL (vLLM or SGLang) instead.")
+        None, description="measure a live engine (vLLM or SGLang) serving target + drafter at this URL instead")
     baseline_endpoint: str | None = Field(
-        None, description="With --endpoint: the same target served without speculation, for speed-up and identity.")
-    model: str | None = Field(None, description="With --endpoint: served model name (default: the first of /v1/models).")
-    max_new_tokens: int = Field(256, ge=1, description="Tokens to generate per prompt.")
-    limit: int | None = Field(None, ge=1, description="Evaluate only the first N prompts.")
-    block_size: int | None = Field(None, ge=2, description="Draft block size (default: the drafter's).")
-    thinking: bool | None = Field(None, description="Pass enable_thinking to the chat template.")
-    dtype: str = Field("float32", description="float32 or bfloat16 for target and drafter.")
+        None, description="with --endpoint: the same target served without speculation (speed-up, identical output)")
+    model: str | None = Field(None, description="with --endpoint: served model name (default: the first of /v1/models)")
+    max_new_tokens: int = Field(256, ge=1, description="tokens to generate per prompt")
+    limit: int | None = Field(None, ge=1, description="evaluate only the first N prompts")
+    block_size: int | None = Field(None, ge=2, description="draft block size (default: the drafter's)")
+    thinking: bool | None = Field(None, description="pass enable_thinking to the chat template")
+    dtype: StorageDType = Field("float32", description="dtype of target and drafter: fp32 or bf16")
     temperature: float = Field(
-        0.0, ge=0.0, description="0 = greedy (checks token identity); above 0 = speculative sampling at this T.")
-    seed: int = Field(0, description="Sampling seed (temperature > 0).")
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (1 is fastest for tiny models on busy machines).")
+        0.0, ge=0.0, description="0: greedy, output must be token-identical; above 0: speculative sampling at this T")
+    seed: int = Field(0, description="sampling seed (temperature above 0)")
+    out: Path | None = Field(None, description="also write the JSON report to this file")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (1 is fastest for tiny models on busy machines)")
 
     @model_validator(mode="after")
     def _one_mode(self) -> EvalConfig:
@@ -38,6 +43,4 @@ class EvalConfig(BaseModel):
             raise ValueError("--endpoint measures a live engine; leave out --target/--drafter")
         if self.baseline_endpoint is not None and self.endpoint is None:
             raise ValueError("--baseline-endpoint needs --endpoint")
-        if self.dtype not in ("float32", "bfloat16"):
-            raise ValueError(f"--dtype must be one of ['bfloat16', 'float32'], got {self.dtype!r}")
         return self
