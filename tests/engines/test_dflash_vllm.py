@@ -63,6 +63,8 @@ def test_vllm_serves_the_export_losslessly_with_our_acceptance_length(spec_engin
     assert abs(engine.tau - ours.tau) <= 0.05 * ours.tau, (engine.tau, ours.tau)
     # Counted the same way, the two cycle-by-cycle processes agree closer still.
     assert abs(engine.tau - ours.tau_engine_counting) <= 0.02 * ours.tau_engine_counting
+    for theirs, mine in zip(engine.per_position_acceptance, ours.per_position_acceptance):
+        assert abs(theirs - mine) <= 0.05
 
     if k == SMALLER_K:
         # The same measurement through the command line, as a user runs it.

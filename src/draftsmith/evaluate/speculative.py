@@ -438,6 +438,7 @@ def evaluate_drafter(
     results: list[PromptResult] = []
     histogram: Counter[int] = Counter()
     raw_accepted = 0
+    accepted_at = [0] * (block - 1)  # cycles whose draft at position k+1 matched (before stop cuts)
     spec_tokens = spec_seconds = target_tokens = target_seconds = 0.0
     sampling = temperature > 0
     for done, (prompt_id, ids) in enumerate(encoded, start=1):
@@ -454,6 +455,9 @@ def evaluate_drafter(
             mismatch = _first_mismatch(plain.tokens, spec.tokens)
         histogram.update(spec.acceptance_lengths)
         raw_accepted += sum(spec.accepted_drafts)
+        for count in spec.accepted_drafts:
+            for position in range(count):
+                accepted_at[position] += 1
         spec_tokens += len(spec.tokens)
         spec_seconds += spec.seconds
         target_tokens += len(plain.tokens)
@@ -478,11 +482,8 @@ def evaluate_drafter(
 
     total_cycles = sum(histogram.values())
     mismatched = [] if sampling else [r.id for r in results if not r.identical]
-    # Draft position k was accepted in every cycle that committed more than k tokens.
-    per_position = [
-        sum(v for length, v in histogram.items() if length > k) / total_cycles if total_cycles else 0.0
-        for k in range(1, block)
-    ]
+    # Counted like vLLM's accepted_tokens_per_pos: a draft that matched counts even past a stop token.
+    per_position = [count / total_cycles if total_cycles else 0.0 for count in accepted_at]
     spec_rate = spec_tokens / spec_seconds if spec_seconds else 0.0
     target_rate = target_tokens / target_seconds if target_seconds else 0.0
     report = EvalReport(
