@@ -65,7 +65,7 @@ def _plain_samples(target, prompt_ids, count: int, seed: int) -> list[tuple[int,
         logits = target(sequences, use_cache=False).logits[:, -1].float()
         token = torch.multinomial(torch.softmax(logits / TEMPERATURE, -1), 1, generator=generator)
         sequences = torch.cat([sequences, token], dim=1)
-    return [tuple(row) for row in sequences[:, prompt_ids.shape[1] + 0 : prompt_ids.shape[1] + NEW_TOKENS].tolist()]
+    return [tuple(row) for row in sequences[:, prompt_ids.shape[1] :].tolist()]
 
 
 def _speculative_samples(target, drafter, prompt_ids, count: int, seed: int, rule) -> tuple[list[tuple[int, ...]], float]:
@@ -106,6 +106,7 @@ def always_accept(p_draft, q_draft):
     return torch.ones_like(p_draft)
 
 
+@pytest.mark.slow
 def test_speculative_sampling_matches_plain_sampling_and_a_broken_rule_does_not(target, prompt_ids, capsys):
     torch.manual_seed(0)
     config = build_drafter_config(target.config, num_draft_layers=1, block_size=4, mask_token_id=3)
