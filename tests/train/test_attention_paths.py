@@ -7,7 +7,7 @@ import torch
 
 from draftsmith.model.block_attention import DEFAULT_TILE_QUERIES
 from draftsmith.train import TrainConfig, load_tokenized
-from draftsmith.train.data import write_tokenized
+from draftsmith.data.tokenized import write_tokenized
 from draftsmith.train.distributed import init_distributed
 from draftsmith.train.trainer import DrafterTrainer
 

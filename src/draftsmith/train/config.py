@@ -21,6 +21,7 @@ class TrainConfig(BaseModel):
     target: Path = Field(description="target model directory (Hugging Face format)")
     data: Path = Field(description="tokenized dataset (Parquet shards with input_ids/loss_mask)")
     out: Path = Field(description="output directory: checkpoints/, drafter/, train_log.jsonl")
+    split: str | None = Field(None, description="DatasetDict split of --data (default: train, else the only one)")
     offline_features: Annotated[Path | None, cli("--offline")] = Field(
         None, description="features directory from `draftsmith extract` (offline training)"
     )

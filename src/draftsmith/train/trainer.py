@@ -38,8 +38,9 @@ from draftsmith.core.lock import lock_directory
 from draftsmith.core.errors import InputError
 from draftsmith.train.anchors import anchor_generator, sample_anchors, valid_anchor_positions
 from draftsmith.train.blocks import BlockBatch, build_block_batch
+from draftsmith.data.tokenized import TokenizedDataset, load_tokenized
 from draftsmith.train.config import TrainConfig
-from draftsmith.train.data import TokenizedDataset, check_vocabulary, load_tokenized
+from draftsmith.train.data import check_vocabulary
 from draftsmith.train.distributed import (
     DistributedContext,
     all_reduce_sum,
@@ -360,7 +361,7 @@ def train_drafter(config: TrainConfig) -> TrainResult:
 def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> TrainResult:
     started = time.perf_counter()
     out_dir = Path(config.out)
-    dataset = load_tokenized(config.data, max_length=config.max_length)
+    dataset = load_tokenized(config.data, max_length=config.max_length, split=config.split)
     trainable = [index for index, sample in enumerate(dataset.samples) if valid_anchor_positions(torch.from_numpy(sample.loss_mask)).numel() > 0]
     if not trainable:
         raise InputError(f"{config.data}: no sample has two consecutive loss-mask tokens, nothing to train on")
