@@ -276,8 +276,8 @@ async def _run_prompts(client, base: str, model: str | None, conversations, max_
     metas: list[dict[str, Any]] = []
     tokens = 0
     seconds = 0.0
-    for done, messages in enumerate(conversations, start=1):
-        result = await client.chat(base, {**payload, "messages": messages})
+    for done, request in enumerate(conversations, start=1):
+        result = await client.chat(base, {**payload, **request})
         count = result.completion_tokens
         if count is None:
             count = len(result.completion_token_ids or [])
@@ -292,7 +292,7 @@ async def _run_prompts(client, base: str, model: str | None, conversations, max_
     return EndpointRun(base, model, tokens, seconds, outputs, metas)
 
 
-def _conversations(prompts, limit: int | None) -> tuple[list[str], list[list[dict[str, Any]]]]:
+def _conversations(prompts, limit: int | None) -> tuple[list[str], list[dict[str, Any]]]:
     from draftsmith.evaluate.prompts import Prompt, prompt_from_row, read_prompts
 
     if isinstance(prompts, (str, Path)):
@@ -307,7 +307,8 @@ def _conversations(prompts, limit: int | None) -> tuple[list[str], list[list[dic
             raise InputError(f"prompt {index}: eval --endpoint sends chat completions; it needs conversation prompts "
                              "(messages or conversations), not raw text or token ids")
         ids.append(item.id)
-        conversations.append(item.messages)
+        # The engine renders tools into the prompt as the in-process eval's chat template does.
+        conversations.append({"messages": item.messages, **({"tools": item.tools} if item.tools else {})})
     if not conversations:
         raise InputError("no prompts to evaluate")
     return ids, conversations
