@@ -7,10 +7,11 @@ measures a live engine already serving the target with the drafter (see evaluate
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from draftsmith.core.config import StorageDType
+from draftsmith.core.config import StorageDType, cli
 
 
 class EvalConfig(BaseModel):
@@ -34,6 +35,16 @@ class EvalConfig(BaseModel):
     seed: int = Field(0, description="sampling seed (temperature above 0)")
     out: Path | None = Field(None, description="also write the JSON report to this file")
     threads: int | None = Field(None, ge=1, description="torch CPU threads (1 is fastest for tiny models on busy machines)")
+    plot: Annotated[Path | None, cli(metavar="FILE.png")] = Field(
+        None, description="also draw the acceptance-length histogram and per-position acceptance to this PNG"
+    )
+
+    @field_validator("plot")
+    @classmethod
+    def _png(cls, value: Path | None) -> Path | None:
+        if value is not None and value.suffix.lower() != ".png":
+            raise ValueError(f"{value}: the plot is a PNG; give a file name ending in .png")
+        return value
 
     @model_validator(mode="after")
     def _one_mode(self) -> EvalConfig:
@@ -43,4 +54,6 @@ class EvalConfig(BaseModel):
             raise ValueError("--endpoint measures a live engine; leave out --target/--drafter")
         if self.baseline_endpoint is not None and self.endpoint is None:
             raise ValueError("--baseline-endpoint needs --endpoint")
+        if self.endpoint is not None and self.plot is not None:
+            raise ValueError("--plot draws the in-process eval's histogram; an --endpoint report has none")
         return self

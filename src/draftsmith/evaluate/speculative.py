@@ -77,9 +77,11 @@ class EvalReport:
     max_new_tokens: int
     per_prompt: list[PromptResult]
     temperature: float = 0.0
+    # [k-1] = share of cycles whose draft position k (1..B-1) was accepted.
     per_position_acceptance: list[float] = field(default_factory=list)
-    # 1 + accepted drafts / cycles with drafts past a stop token counted, like vLLM's /metrics.
+    # Counted like vLLM's /metrics: drafts that matched past a stop token count too.
     tau_engine_counting: float = 0.0
+    per_position_acceptance_engine_counting: list[float] = field(default_factory=list)
 
     kind: str = "draftsmith.eval"
     version: int = 1
@@ -131,6 +133,18 @@ class EvalReport:
             count = self.acceptance_histogram.get(length, 0)
             histogram.add_row(str(length), str(count), f"{count / total:.1%}", "#" * round(40 * count / total))
         console.print(histogram)
+
+
+def per_position_acceptance(histogram: dict[int, int], block_size: int) -> list[float]:
+    """Share of cycles in which draft position k = 1..B-1 was accepted.
+
+    A cycle committing L tokens accepted its first L-1 drafted positions (the last token is the
+    target's bonus), so position k was accepted exactly when L >= k+1.
+    """
+    total = sum(histogram.values())
+    if not total:
+        return [0.0] * (block_size - 1)
+    return [sum(count for length, count in histogram.items() if length >= k + 1) / total for k in range(1, block_size)]
 
 
 def _stop_set(stop_token_ids: Sequence[int] | None) -> set[int]:
@@ -503,8 +517,9 @@ def evaluate_drafter(
         max_new_tokens=max_new_tokens,
         per_prompt=results,
         temperature=temperature,
-        per_position_acceptance=per_position,
+        per_position_acceptance=per_position_acceptance(histogram, block),
         tau_engine_counting=1 + raw_accepted / total_cycles if total_cycles else 0.0,
+        per_position_acceptance_engine_counting=per_position,
     )
     if strict and mismatched:
         raise LosslessnessError(_mismatch_message(report))

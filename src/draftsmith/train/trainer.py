@@ -51,6 +51,7 @@ from draftsmith.train.distributed import (
     shutdown,
 )
 from draftsmith.train.loss import default_gamma, dflash_loss_from_hidden, position_weights
+from draftsmith.train.reporting import check_report_to, make_reporter
 
 CHECKPOINT_DIR = "checkpoints"
 FINAL_DIR = "drafter"
@@ -347,6 +348,7 @@ def train_drafter(config: TrainConfig) -> TrainResult:
     """Train (or resume training) a drafter; the final checkpoint lands in `<out>/drafter`."""
     from draftsmith.model import save_drafter
 
+    check_report_to(config.report_to)  # before anything is loaded or --out is made
     if config.num_threads is not None:
         torch.set_num_threads(config.num_threads)
     context = init_distributed(config.device)
@@ -426,6 +428,7 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
             + (f"; resuming at step {step}" if resumed_from is not None else "")
         )
     log_handle = (out_dir / LOG_FILE).open("a") if context.is_main else None
+    reporter = make_reporter(config.report_to if context.is_main else "none", out_dir, config.model_dump(mode="json"))
     progress = _Progress(config.progress and context.is_main, total_steps, step)
 
     block_offsets = config.block_size - 1
@@ -503,6 +506,7 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
                     last_record = record
                     log_handle.write(json.dumps(record) + "\n")
                     log_handle.flush()
+                    reporter.log(step, record)
                     if not config.progress:
                         print(
                             f"step {step}/{total_steps} loss {record['loss']:.4f} acc@1 {float(accuracy[0]):.3f} "
@@ -524,6 +528,7 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
             checkpoint_now()
     finally:
         progress.close()
+        reporter.close()
         if log_handle is not None:
             log_handle.close()
 
