@@ -59,7 +59,7 @@ def test_vllm_serves_the_export_losslessly_with_our_acceptance_length(spec_engin
     assert engine.identical_to_baseline, f"speculative output differs from plain vLLM for {engine.mismatched_prompts}"
     assert len(engine.per_position_acceptance) == k
     assert ours.lossless
-    assert engine.tau > 1.2  # the trained drafter is really accepted by the engine (untrained: about 1.0)
+    assert engine.tau > 1.15  # the trained drafter is really accepted by the engine (untrained: about 1.0)
     assert abs(engine.tau - ours.tau) <= 0.05 * ours.tau, (engine.tau, ours.tau)
     # Counted the same way, the two cycle-by-cycle processes agree closer still.
     assert abs(engine.tau - ours.tau_engine_counting) <= 0.02 * ours.tau_engine_counting
