@@ -27,3 +27,16 @@ def pytest_configure(config):
     # Tests never reach a model hub; everything they load is built locally.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def small_demo(tmp_path_factory):
+    """One small demo run per session (about a minute): its trained drafter and serving export are
+    shared by the demo test and the engine tests that serve the export through vLLM."""
+    from draftsmith.demo import DemoConfig, run_demo
+
+    return run_demo(
+        DemoConfig(workdir=tmp_path_factory.mktemp("demo") / "demo", train_prompts=160, eval_prompts=6,
+                   train_steps=120, eval_max_new_tokens=96, threads=1),
+        log=lambda message: None,
+    )

@@ -10,12 +10,11 @@ from draftsmith.core.errors import InputError
 
 
 @pytest.mark.slow
-def test_demo_trains_a_drafter_that_beats_an_untrained_one(tmp_path):
-    result = run_demo(
-        DemoConfig(workdir=tmp_path / "demo", train_prompts=160, eval_prompts=6, train_steps=120,
-                   eval_max_new_tokens=96),
-        log=lambda message: None,
-    )
+def test_demo_trains_a_drafter_that_beats_an_untrained_one(small_demo):
+    from pathlib import Path
+
+    result = small_demo
+    workdir = Path(result.export_dir).parent
     assert result.generated == 160
     assert result.audit_verdict.startswith("PASS")
     assert result.plan_days_for_914k > 0
@@ -23,9 +22,9 @@ def test_demo_trains_a_drafter_that_beats_an_untrained_one(tmp_path):
     assert result.lossless
     assert result.tau_untrained < 1.2
     assert result.tau_trained > 1.5 and result.tau_trained > result.tau_untrained + 0.4
-    saved = json.loads((tmp_path / "demo" / "demo_result.json").read_text())
+    saved = json.loads((workdir / "demo_result.json").read_text())
     assert saved["tau_trained"] == result.tau_trained
-    assert (tmp_path / "demo" / "export" / "config.json").exists()
+    assert (workdir / "export" / "config.json").exists()
 
 
 def test_demo_refuses_to_replace_a_directory_it_did_not_make(tmp_path, capsys):

@@ -129,3 +129,21 @@ def make_llama_server(tiny_gguf, engine_log_dir):
     yield make
     for server in servers:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def start_vllm(engine_log_dir):
+    """Start extra vLLM servers (about 20-100 s each) for one test module; all stop at its end."""
+    servers: list[EngineServer] = []
+
+    def start(model: Path, name: str, **options) -> EngineServer:
+        try:
+            server = vllm_server(model, log_path=engine_log_dir / f"vllm-{name}.log", **options)
+        except EngineNotInstalled as error:
+            engine_unavailable(str(error))
+        servers.append(server)
+        return _started(server)
+
+    yield start
+    for server in servers:
+        server.stop()

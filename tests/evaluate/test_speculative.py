@@ -83,7 +83,9 @@ def test_untrained_drafter_is_lossless(target, untrained_drafter, tiny_tokenizer
     report = evaluate_drafter(target, untrained_drafter, prompts_file, max_new_tokens=40, tokenizer=tiny_tokenizer)
     assert report.lossless and report.mismatched_prompts == []
     assert all(r.identical for r in report.per_prompt) and report.num_prompts == 3
-    assert 1.0 <= report.tau < 2.0
+    assert 1.0 <= report.tau < 2.0 and report.tau_engine_counting >= report.tau
+    assert len(report.per_position_acceptance_engine_counting) == 7  # block 8: drafts at positions 1..7
+    assert report.tau_engine_counting == pytest.approx(1 + sum(report.per_position_acceptance_engine_counting))
     assert sum(report.acceptance_histogram.values()) == report.total_cycles
     assert sum(k * v for k, v in report.acceptance_histogram.items()) + report.num_prompts == report.total_new_tokens
     assert report.speculative_tokens_per_s > 0 and report.target_tokens_per_s > 0

@@ -174,3 +174,27 @@ def test_acceptance_lengths_match_the_reference_cycle_for_cycle(monkeypatch, tmp
     assert stats.output_ids[0, ids.shape[1] :].tolist() == mine.tokens == plain.tokens
     assert stats.acceptance_lengths == mine.acceptance_lengths
     assert max(mine.acceptance_lengths) > 2  # drafts really were accepted
+
+
+def test_export_readme_gives_ready_serving_commands(tmp_path, drafter, capsys):
+    result = export_drafter(drafter, tmp_path / "export")
+    assert result.num_speculative_tokens == drafter.config.block_size - 1 == 7 and result.warnings == []
+    card = (tmp_path / "export" / "README.md").read_text()
+    assert '"num_speculative_tokens": 7' in card and f'"model": "<this dir>"' in card
+    assert "--speculative-algorithm DFLASH --speculative-draft-model-path <this dir>" in card
+    assert "--speculative-num-draft-tokens 8" in card
+    assert "accepts a num_speculative_tokens larger than 7 without complaint" in card
+    assert "num_speculative_tokens 7" in result.summary()
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_export_warns_about_drafters_trained_on_the_old_last_layer_feature(tmp_path, drafter, capsys):
+    source = save_drafter(drafter, tmp_path / "old")
+    config = json.loads((source / "config.json").read_text())
+    del config["dflash_config"]["feature_definition"]  # as written before the pre-norm definition
+    (source / "config.json").write_text(json.dumps(config))
+    assert main(["export", "--drafter", str(source), "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "warning:" in err and "last layer (3)" in err and "before the norm" in err
+    result = export_drafter(source, tmp_path / "again")
+    assert len(result.warnings) == 1

@@ -216,6 +216,14 @@ def test_cli_extract_then_offline_train_and_errors(regenerated, tiny_target_dir,
     assert "tokenized dataset not found" in capsys.readouterr().err
     assert main(["train", "--target", str(tiny_target_dir), "--data", str(regenerated), "--out", str(tmp_path / "o"), "--offline", str(tmp_path)]) == 2
     assert "no index.json" in capsys.readouterr().err
+    # Features extracted before the pre-norm definition hold the post-norm last layer: refused.
+    index = json.loads((features / "index.json").read_text())
+    assert index["feature_definition"] == "decoder_layer_output_pre_norm" and 3 in index["layer_ids"]
+    del index["feature_definition"]
+    (features / "index.json").write_text(json.dumps(index))
+    assert main(["train", "--target", str(tiny_target_dir), "--data", str(regenerated), "--out", str(tmp_path / "old"),
+                 "--offline", str(features), "--block-size", "4", "--draft-layers", "1", "--max-steps", "1"]) == 2
+    assert "re-run `draftsmith extract`" in capsys.readouterr().err
 
 
 def test_gradient_checkpointing_gives_the_same_loss_and_gradients(regenerated, tiny_target_dir, tmp_path):

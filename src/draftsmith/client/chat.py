@@ -205,17 +205,21 @@ class ChatClient:
             raise RuntimeError("ChatClient is not open; use 'async with ChatClient(...)'")
         return self._session
 
-    async def get_json(self, url: str, timeout_s: float = 5.0) -> tuple[int, Any]:
-        """GET ``url``; returns (status, parsed JSON or None). Raises ``EndpointConnectionError``."""
+    async def get_text(self, url: str, timeout_s: float = 5.0) -> tuple[int, str]:
+        """GET ``url``; returns (status, body text). Raises ``EndpointConnectionError``."""
         try:
             async with self.session.get(url, headers=self.headers, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
-                data = await response.read()
-                try:
-                    return response.status, json.loads(data) if data else None
-                except json.JSONDecodeError:
-                    return response.status, None
+                return response.status, (await response.read()).decode("utf-8", "replace")
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError, asyncio.TimeoutError) as error:
             raise EndpointConnectionError(f"{url}: {type(error).__name__}: {error}") from None
+
+    async def get_json(self, url: str, timeout_s: float = 5.0) -> tuple[int, Any]:
+        """GET ``url``; returns (status, parsed JSON or None). Raises ``EndpointConnectionError``."""
+        status, text = await self.get_text(url, timeout_s)
+        try:
+            return status, json.loads(text) if text else None
+        except json.JSONDecodeError:
+            return status, None
 
     async def _post(self, url: str, data: bytes) -> aiohttp.ClientResponse:
         """POST, resending on a fresh connection when a pooled one turns out to be closed.

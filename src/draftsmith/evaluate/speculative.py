@@ -28,8 +28,8 @@ from transformers import DynamicCache
 from draftsmith.core.errors import DraftsmithError, InputError
 from draftsmith.model import (
     DFlashDraftModel,
+    LayerFeatureTap,
     load_drafter,
-    select_layer_features,
     target_embed_tokens,
     target_lm_head,
 )
@@ -44,6 +44,8 @@ class DecodeResult:
     tokens: list[int]
     seconds: float
     acceptance_lengths: list[int] = field(default_factory=list)
+    # Drafts matching the target per cycle, counted before cutting at a stop token, as vLLM counts.
+    accepted_drafts: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -70,12 +72,16 @@ class EvalReport:
     speculative_tokens_per_s: float
     target_tokens_per_s: float
     speedup: float
-    lossless: bool
+    lossless: bool | None  # greedy: outputs token-identical; None when sampling (checked by distribution in tests)
     mismatched_prompts: list[str]
     max_new_tokens: int
     per_prompt: list[PromptResult]
+    temperature: float = 0.0
     # [k-1] = share of cycles whose draft position k (1..B-1) was accepted.
     per_position_acceptance: list[float] = field(default_factory=list)
+    # Counted like vLLM's /metrics: drafts that matched past a stop token count too.
+    tau_engine_counting: float = 0.0
+    per_position_acceptance_engine_counting: list[float] = field(default_factory=list)
 
     kind: str = "draftsmith.eval"
     version: int = 1
@@ -90,7 +96,10 @@ class EvalReport:
 
     @property
     def verdict(self) -> str:
-        status = "lossless" if self.lossless else f"NOT LOSSLESS ({len(self.mismatched_prompts)} prompts differ)"
+        if self.lossless is None:
+            status = f"speculative sampling at T={self.temperature:g}"
+        else:
+            status = "lossless" if self.lossless else f"NOT LOSSLESS ({len(self.mismatched_prompts)} prompts differ)"
         return (
             f"tau {self.tau:.2f} (block {self.block_size}) over {self.total_cycles} cycles, "
             f"{self.speculative_tokens_per_s:.1f} vs {self.target_tokens_per_s:.1f} tok/s "
@@ -106,10 +115,13 @@ class EvalReport:
         summary.add_row("speculative tokens/s", f"{self.speculative_tokens_per_s:.1f}")
         summary.add_row("plain greedy target tokens/s", f"{self.target_tokens_per_s:.1f}")
         summary.add_row("speed-up", f"{self.speedup:.2f}x")
-        summary.add_row(
-            "lossless (greedy output identical)",
-            "yes" if self.lossless else f"[bold red]NO[/] — differs for {', '.join(self.mismatched_prompts[:5])}",
-        )
+        if self.lossless is None:
+            summary.add_row("sampling temperature", f"{self.temperature:g} (outputs differ per seed by design)")
+        else:
+            summary.add_row(
+                "lossless (greedy output identical)",
+                "yes" if self.lossless else f"[bold red]NO[/] — differs for {', '.join(self.mismatched_prompts[:5])}",
+            )
         console.print(summary)
         histogram = Table(title="accepted tokens per cycle")
         histogram.add_column("length", justify="right")
@@ -187,6 +199,54 @@ def greedy_decode(
     return DecodeResult(tokens, time.perf_counter() - started)
 
 
+def accept_probability(p_draft: torch.Tensor, q_draft: torch.Tensor) -> torch.Tensor:
+    """Speculative sampling's acceptance rule: keep draft x with probability min(1, p(x) / q(x))."""
+    return torch.clamp(p_draft / q_draft.clamp_min(torch.finfo(q_draft.dtype).tiny), max=1.0)
+
+
+def _residual_sample(p: torch.Tensor, q: torch.Tensor, generator: torch.Generator | None) -> int:
+    # After a rejection the token comes from norm(max(0, p - q)), which makes the overall output
+    # distribution exactly p. All mass in q below p can only vanish when p == q (then any p-sample does).
+    residual = (p - q).clamp_min(0)
+    total = residual.sum()
+    weights = residual / total if total > 0 else p
+    return int(torch.multinomial(weights, 1, generator=generator))
+
+
+def _sample(probabilities: torch.Tensor, generator: torch.Generator | None) -> int:
+    return int(torch.multinomial(probabilities, 1, generator=generator))
+
+
+@torch.inference_mode()
+def sample_decode(
+    target,
+    input_ids: torch.Tensor,
+    max_new_tokens: int,
+    stop_token_ids: Sequence[int] | None = None,
+    temperature: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> DecodeResult:
+    """Plain sampling at `temperature` with a KV cache (the baseline for speculative sampling)."""
+    stops = _stop_set(stop_token_ids)
+    started = time.perf_counter()
+    cache = _new_cache(target.config)
+    cache_kwarg = _cache_kwarg(target)
+    prompt_len = input_ids.shape[1]
+    output = target(input_ids, use_cache=True, logits_to_keep=1, **{cache_kwarg: cache})
+    tokens: list[int] = []
+    while True:
+        logits = output.logits[0, -1].float()
+        tokens.append(_sample(torch.softmax(logits / temperature, -1), generator))
+        if tokens[-1] in stops or len(tokens) >= max_new_tokens:
+            break
+        position = torch.tensor([[prompt_len + len(tokens) - 1]], device=input_ids.device)
+        output = target(
+            torch.tensor([[tokens[-1]]], device=input_ids.device), position_ids=position, use_cache=True,
+            **{cache_kwarg: cache},
+        )
+    return DecodeResult(tokens, time.perf_counter() - started)
+
+
 @torch.inference_mode()
 def speculative_decode(
     target,
@@ -195,71 +255,107 @@ def speculative_decode(
     max_new_tokens: int,
     stop_token_ids: Sequence[int] | None = None,
     block_size: int | None = None,
+    temperature: float = 0.0,
+    generator: torch.Generator | None = None,
+    accept_rule: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = accept_probability,
 ) -> DecodeResult:
-    """Greedy DFlash speculative decoding; `acceptance_lengths` holds tokens committed per cycle."""
+    """DFlash speculative decoding; `acceptance_lengths` holds tokens committed per cycle.
+
+    `temperature` 0 verifies greedily (output identical to `greedy_decode`). Above 0 it is
+    speculative sampling: the drafter samples each draft token x from q = softmax(its logits / T),
+    the target keeps it with probability `accept_rule(p(x), q(x))` (min(1, p/q)), on the first
+    rejection resamples from norm(max(0, p - q)), and after a fully accepted block samples the bonus
+    token from p; the output is then distributed exactly as `sample_decode` at the same T.
+    """
     if input_ids.shape[0] != 1:
         raise ValueError(f"speculative_decode runs one sequence at a time; got a batch of {input_ids.shape[0]}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
     stops = _stop_set(stop_token_ids)
     block_size = int(block_size or drafter.block_size)
     drafter_dtype = drafter.fc.weight.dtype
-    layer_ids = drafter.target_layer_ids
     embed = target_embed_tokens(target)
     lm_head = target_lm_head(target)
     device = input_ids.device
+    sampling = temperature > 0
+
+    def probabilities(logits: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(logits.float() / temperature, -1)
 
     started = time.perf_counter()
     target_cache = _new_cache(target.config)
     drafter_cache = _new_cache(drafter.config)
     cache_kwarg = _cache_kwarg(target)
     prompt_len = input_ids.shape[1]
-    output = target(
-        input_ids, use_cache=True, logits_to_keep=1, output_hidden_states=True, **{cache_kwarg: target_cache}
-    )
-    tokens = [int(output.logits[0, -1].argmax())]
-    pending_context = select_layer_features(output.hidden_states, layer_ids)  # not yet in drafter cache
     acceptance_lengths: list[int] = []
+    accepted_drafts: list[int] = []
+    with LayerFeatureTap(target, drafter.target_layer_ids) as tap:
+        output = target(input_ids, use_cache=True, logits_to_keep=1, **{cache_kwarg: target_cache})
+        first = output.logits[0, -1]
+        tokens = [_sample(probabilities(first), generator) if sampling else int(first.argmax())]
+        pending_context = tap.take()  # target features not yet in the drafter's cache
 
-    while tokens[-1] not in stops and len(tokens) < max_new_tokens:
-        anchor_position = prompt_len + len(tokens) - 1  # == committed length in the target cache
-        verify_size = min(block_size, max_new_tokens - len(tokens))
-        block = torch.full((1, verify_size), drafter.mask_token_id, dtype=torch.long, device=device)
-        block[0, 0] = tokens[-1]
-        if verify_size > 1:
-            context_len = pending_context.shape[1]
-            positions = torch.arange(anchor_position - context_len, anchor_position + verify_size, device=device)
-            hidden = drafter(
-                position_ids=positions.unsqueeze(0),
-                noise_embedding=embed(block).to(drafter_dtype),
-                target_hidden=pending_context.to(drafter_dtype),
-                past_key_values=drafter_cache,
+        while tokens[-1] not in stops and len(tokens) < max_new_tokens:
+            anchor_position = prompt_len + len(tokens) - 1  # == committed length in the target cache
+            verify_size = min(block_size, max_new_tokens - len(tokens))
+            block = torch.full((1, verify_size), drafter.mask_token_id, dtype=torch.long, device=device)
+            block[0, 0] = tokens[-1]
+            draft_probs = None
+            if verify_size > 1:
+                context_len = pending_context.shape[1]
+                positions = torch.arange(anchor_position - context_len, anchor_position + verify_size, device=device)
+                hidden = drafter(
+                    position_ids=positions.unsqueeze(0),
+                    noise_embedding=embed(block).to(drafter_dtype),
+                    target_hidden=pending_context.to(drafter_dtype),
+                    past_key_values=drafter_cache,
+                    use_cache=True,
+                )
+                _crop(drafter_cache, anchor_position)  # keep context keys, drop this block's
+                draft_logits = drafter.compute_logits(hidden[:, 1:].to(lm_head.weight.dtype), lm_head)[0]
+                if sampling:
+                    draft_probs = probabilities(draft_logits)
+                    block[0, 1:] = torch.multinomial(draft_probs, 1, generator=generator)[:, 0]
+                else:
+                    block[0, 1:] = draft_logits.argmax(-1)
+
+            output = target(
+                block,
+                position_ids=torch.arange(anchor_position, anchor_position + verify_size, device=device).unsqueeze(0),
                 use_cache=True,
+                **{cache_kwarg: target_cache},
             )
-            _crop(drafter_cache, anchor_position)  # keep context keys, drop this block's
-            draft_hidden = hidden[:, 1:].to(lm_head.weight.dtype)
-            block[0, 1:] = drafter.compute_logits(draft_hidden, lm_head).argmax(-1)[0]
+            if sampling:
+                accepted, next_token = _verify_sampled(
+                    block[0, 1:], draft_probs, probabilities(output.logits[0]), generator, accept_rule
+                )
+            else:
+                predicted = output.logits[0].argmax(-1)
+                matches = (block[0, 1:] == predicted[:-1]).int()
+                accepted = int(matches.cumprod(0).sum()) if matches.numel() else 0
+                next_token = int(predicted[accepted])
+            new_tokens = block[0, 1 : accepted + 1].tolist() + [next_token]
+            for index, token in enumerate(new_tokens):
+                if token in stops:
+                    new_tokens = new_tokens[: index + 1]
+                    break
+            tokens.extend(new_tokens)
+            acceptance_lengths.append(len(new_tokens))
+            accepted_drafts.append(accepted)
+            committed = anchor_position + accepted + 1  # anchor + accepted drafts now hold valid target KV
+            _crop(target_cache, committed)
+            pending_context = tap.take()[:, : accepted + 1]
+    return DecodeResult(tokens[:max_new_tokens], time.perf_counter() - started, acceptance_lengths, accepted_drafts)
 
-        output = target(
-            block,
-            position_ids=torch.arange(anchor_position, anchor_position + verify_size, device=device).unsqueeze(0),
-            use_cache=True,
-            output_hidden_states=verify_size > 1,
-            **{cache_kwarg: target_cache},
-        )
-        predicted = output.logits[0].argmax(-1)
-        matches = (block[0, 1:] == predicted[:-1]).int()
-        accepted = int(matches.cumprod(0).sum()) if matches.numel() else 0
-        new_tokens = block[0, 1 : accepted + 1].tolist() + [int(predicted[accepted])]
-        for index, token in enumerate(new_tokens):
-            if token in stops:
-                new_tokens = new_tokens[: index + 1]
-                break
-        tokens.extend(new_tokens)
-        acceptance_lengths.append(len(new_tokens))
-        committed = anchor_position + accepted + 1  # anchor + accepted drafts now hold valid target KV
-        _crop(target_cache, committed)
-        if verify_size > 1:
-            pending_context = select_layer_features(output.hidden_states, layer_ids)[:, : accepted + 1]
-    return DecodeResult(tokens[:max_new_tokens], time.perf_counter() - started, acceptance_lengths)
+
+def _verify_sampled(drafts, draft_probs, target_probs, generator, accept_rule) -> tuple[int, int]:
+    """(accepted drafts, the token after them) under speculative sampling; target_probs[j] scores drafts[j]."""
+    for j, token in enumerate(drafts.tolist()):
+        p, q = target_probs[j], draft_probs[j]
+        keep = float(accept_rule(p[token], q[token]))
+        if torch.rand((), generator=generator, device=p.device).item() >= keep:
+            return j, _residual_sample(p, q, generator)
+    return len(drafts), _sample(target_probs[len(drafts)], generator)
 
 
 def _first_mismatch(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -301,12 +397,16 @@ def evaluate_drafter(
     dtype: torch.dtype = torch.float32,
     strict: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    temperature: float = 0.0,
+    seed: int = 0,
 ) -> EvalReport:
-    """Speculative vs plain greedy decoding on every prompt; tau, histogram, tokens/s, lossless check.
+    """Speculative vs plain decoding on every prompt; tau, histogram, tokens/s, lossless check.
 
     `prompts` is a file (see `read_prompts`), a list of `Prompt`s / rows, or a list of token-id
-    lists. With `strict` (default) a non-identical output raises `LosslessnessError` naming the
-    prompts and the first differing position; otherwise the report says so in `lossless`.
+    lists. At temperature 0 (greedy) with `strict` (default) a non-identical output raises
+    `LosslessnessError` naming the prompts and the first differing position; otherwise the report
+    says so in `lossless`. Above 0 both sides sample (speculative sampling vs plain sampling, seeded
+    by `seed`); single outputs then differ by design and `lossless` is None.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -324,6 +424,8 @@ def evaluate_drafter(
     drafter = drafter.eval()
     if max_new_tokens < 1:
         raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise InputError(f"temperature must be >= 0, got {temperature}")
     _check_pair(target, drafter)
 
     if isinstance(prompts, (str, Path)):
@@ -351,13 +453,27 @@ def evaluate_drafter(
 
     results: list[PromptResult] = []
     histogram: Counter[int] = Counter()
+    raw_accepted = 0
+    accepted_at = [0] * (block - 1)  # cycles whose draft at position k+1 matched (before stop cuts)
     spec_tokens = spec_seconds = target_tokens = target_seconds = 0.0
+    sampling = temperature > 0
     for done, (prompt_id, ids) in enumerate(encoded, start=1):
         input_ids = torch.tensor([ids], device=device)
-        plain = greedy_decode(target, input_ids, max_new_tokens, stops)
-        spec = speculative_decode(target, drafter, input_ids, max_new_tokens, stops, block)
-        mismatch = _first_mismatch(plain.tokens, spec.tokens)
+        if sampling:
+            plain = sample_decode(target, input_ids, max_new_tokens, stops, temperature,
+                                  torch.Generator(device=device).manual_seed(seed + done))
+            spec = speculative_decode(target, drafter, input_ids, max_new_tokens, stops, block, temperature=temperature,
+                                      generator=torch.Generator(device=device).manual_seed(seed + done))
+            mismatch = _first_mismatch(plain.tokens, spec.tokens)  # reported, but expected at T > 0
+        else:
+            plain = greedy_decode(target, input_ids, max_new_tokens, stops)
+            spec = speculative_decode(target, drafter, input_ids, max_new_tokens, stops, block)
+            mismatch = _first_mismatch(plain.tokens, spec.tokens)
         histogram.update(spec.acceptance_lengths)
+        raw_accepted += sum(spec.accepted_drafts)
+        for count in spec.accepted_drafts:
+            for position in range(count):
+                accepted_at[position] += 1
         spec_tokens += len(spec.tokens)
         spec_seconds += spec.seconds
         target_tokens += len(plain.tokens)
@@ -381,7 +497,9 @@ def evaluate_drafter(
             progress(done, len(encoded))
 
     total_cycles = sum(histogram.values())
-    mismatched = [r.id for r in results if not r.identical]
+    mismatched = [] if sampling else [r.id for r in results if not r.identical]
+    # Counted like vLLM's accepted_tokens_per_pos: a draft that matched counts even past a stop token.
+    per_position = [count / total_cycles if total_cycles else 0.0 for count in accepted_at]
     spec_rate = spec_tokens / spec_seconds if spec_seconds else 0.0
     target_rate = target_tokens / target_seconds if target_seconds else 0.0
     report = EvalReport(
@@ -394,11 +512,14 @@ def evaluate_drafter(
         speculative_tokens_per_s=spec_rate,
         target_tokens_per_s=target_rate,
         speedup=spec_rate / target_rate if target_rate else 0.0,
-        lossless=not mismatched,
+        lossless=None if sampling else not mismatched,
         mismatched_prompts=mismatched,
         max_new_tokens=max_new_tokens,
         per_prompt=results,
+        temperature=temperature,
         per_position_acceptance=per_position_acceptance(histogram, block),
+        tau_engine_counting=1 + raw_accepted / total_cycles if total_cycles else 0.0,
+        per_position_acceptance_engine_counting=per_position,
     )
     if strict and mismatched:
         raise LosslessnessError(_mismatch_message(report))

@@ -9,7 +9,9 @@ and, when the reference `dflash` package is installed, with the reference implem
 from __future__ import annotations
 
 import copy
+import json
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from draftsmith.core.config import torch_dtype
 from draftsmith.core.errors import InputError
 from draftsmith.core.io import publish
 from draftsmith.core.lock import lock_directory
-from draftsmith.model import CONFIG_NAME, DFlashDraftModel, load_drafter, save_drafter
+from draftsmith.model import CONFIG_NAME, DFlashDraftModel, feature_definition_warning, load_drafter, save_drafter
 
 
 
@@ -32,11 +34,14 @@ class ExportResult:
     max_abs_diff: float
     reference_check: str  # "passed (max diff ...)", "skipped: ...", never "failed" (that raises)
     files: list[str] = field(default_factory=list)
+    num_speculative_tokens: int = 0  # block_size - 1: what engines must be told
+    warnings: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         return (
             f"exported {self.num_parameters:,} drafter parameters ({self.dtype}) to {self.path}; "
-            f"reload check max |diff| {self.max_abs_diff:.2e}; reference dflash: {self.reference_check}"
+            f"reload check max |diff| {self.max_abs_diff:.2e}; reference dflash: {self.reference_check}; "
+            f"serve with num_speculative_tokens {self.num_speculative_tokens} (see {self.path / 'README.md'})"
         )
 
 
@@ -100,18 +105,45 @@ def reference_check(path: Path, ours: DFlashDraftModel, dtype: torch.dtype) -> s
     return f"passed (max |diff| {diff:.2e})"
 
 
+def serving_commands(config, path: str | Path = "<this dir>", target: str = "<target model>") -> dict[str, str]:
+    """Ready command lines for vLLM and SGLang, with num_speculative_tokens = block_size - 1."""
+    steps = int(config.block_size) - 1
+    spec = json.dumps({"method": "dflash", "model": str(path), "num_speculative_tokens": steps})
+    return {
+        "vllm": f"vllm serve {target} --speculative-config '{spec}'",
+        "sglang": (
+            f"python -m sglang.launch_server --model-path {target} --speculative-algorithm DFLASH "
+            f"--speculative-draft-model-path {path} --speculative-num-draft-tokens {int(config.block_size)}"
+        ),
+    }
+
+
 def _model_card(config, dtype: str) -> str:
     flash = config.dflash_config
+    commands = serving_commands(config)
     return f"""# DFlash drafter (exported by draftsmith)
 
 - block size {config.block_size}, {config.num_hidden_layers} draft layers, hidden {config.hidden_size}
 - target: {config.num_target_layers} layers; features from target layers {flash["target_layer_ids"]}
+  (each layer's output before the target's final norm, as vLLM and SGLang compute it)
 - mask token id {flash["mask_token_id"]} (`<|MASK|>` in the target tokenizer); weights {dtype}
 - no embedding or lm_head: the target's are used
 
-SGLang: `--speculative-algorithm DFLASH --speculative-draft-model-path <this dir>`
+## Serve it
 
-vLLM: `--speculative-config '{{"method": "dflash", "model": "<this dir>", "num_speculative_tokens": {config.block_size - 1}}}'`
+vLLM (num_speculative_tokens = block_size - 1 = {config.block_size - 1}):
+
+    {commands["vllm"]}
+
+SGLang (the draft block is block_size = {config.block_size} tokens, the last committed one plus
+{config.block_size - 1} drafts):
+
+    {commands["sglang"]}
+
+Warning: vLLM accepts a num_speculative_tokens larger than {config.block_size - 1} without complaint,
+but the drafter was trained to fill blocks of {config.block_size}: anything past position
+{config.block_size - 1} is drafted from outside its training and only costs verification work.
+Use {config.block_size - 1}, or less to verify fewer tokens per step.
 """
 
 
@@ -141,6 +173,12 @@ def _export(drafter, out: Path, dtype: str | None, overwrite: bool, check_refere
     except ValueError as error:
         raise InputError(f"dtype {error}") from None
     dtype_name = str(target_dtype).removeprefix("torch.")
+    warnings = []
+    old_feature = feature_definition_warning(model.config, where=str(source or "the drafter"))
+    if old_feature:
+        # Still exported (it loads and runs), but served acceptance will not match what eval measured.
+        warnings.append(old_feature)
+        print(f"draftsmith: {old_feature}", file=sys.stderr)
     for name, parameter in model.named_parameters():
         if not torch.isfinite(parameter).all():
             raise InputError(f"{source or 'drafter'}: parameter {name} has NaN/inf values; refusing to export")
@@ -178,4 +216,6 @@ def _export(drafter, out: Path, dtype: str | None, overwrite: bool, check_refere
         max_abs_diff=diff,
         reference_check=check,
         files=sorted(p.name for p in out.iterdir()),
+        num_speculative_tokens=int(model.config.block_size) - 1,
+        warnings=warnings,
     )

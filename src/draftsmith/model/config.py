@@ -2,7 +2,8 @@
 
 The checkpoint format (see DFLASH.md) is a plain `qwen3` config.json with
 `architectures=["DFlashDraftModel"]`, a top-level `block_size` and `num_target_layers`, and
-`dflash_config={"mask_token_id", "target_layer_ids"}`. `DFlashConfig` subclasses
+`dflash_config={"mask_token_id", "target_layer_ids"}` (plus draftsmith's own `feature_definition`,
+which engines ignore). `DFlashConfig` subclasses
 `transformers.Qwen3Config` without adding dataclass fields, so the JSON it writes is exactly what
 the reference `dflash` package, SGLang and vLLM load with a stock `Qwen3Config`.
 """
@@ -12,6 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from transformers import PretrainedConfig, Qwen3Config
+
+# Recorded as `dflash_config.feature_definition`: target layer i's feature is decoder layer i's
+# output before the final norm (the engines' definition). A config without it predates the rule.
+FEATURE_DEFINITION = "decoder_layer_output_pre_norm"
 
 MASK_TOKEN = "<|MASK|>"
 DEFAULT_BLOCK_SIZE = 16
@@ -85,9 +90,8 @@ def default_target_layer_ids(num_target_layers: int, num_features: int = DEFAULT
 
     Shallow targets (L-4 < k-1) make that rule repeat layers (L=4, k=5 -> [1, 1, 1, 1, 1]), which
     wastes fc capacity on identical features. Then k is capped at L and the layers are spread evenly
-    over all of 0..L-1 instead (the tiny 4-layer target gets [0, 1, 2, 3]). Note that with
-    transformers 5 the last entry of `hidden_states` is the target's final-norm output, so the last
-    layer's feature is the normalised one the lm_head sees.
+    over all of 0..L-1 instead (the tiny 4-layer target gets [0, 1, 2, 3]). Every layer's feature,
+    the last included, is its output before the final norm, as engines define it (features.py).
     """
     if num_target_layers < 1:
         raise ValueError(f"num_target_layers must be >= 1, got {num_target_layers}")
@@ -169,7 +173,12 @@ def build_drafter_config(
         tie_word_embeddings=False,
         block_size=int(block_size),
         num_target_layers=num_target_layers,
-        dflash_config={"mask_token_id": int(mask_token_id), "target_layer_ids": target_layer_ids},
+        dflash_config={
+            "mask_token_id": int(mask_token_id),
+            "target_layer_ids": target_layer_ids,
+            # Engines read only the two keys above; this records which feature the drafter learned.
+            "feature_definition": FEATURE_DEFINITION,
+        },
         dtype="float32",
         **fields,
     )

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from draftsmith.model.config import MASK_TOKEN
+from draftsmith.model.config import FEATURE_DEFINITION, MASK_TOKEN
 
 
 def _decoder(target_model: nn.Module) -> nn.Module:
@@ -16,15 +16,65 @@ def _decoder(target_model: nn.Module) -> nn.Module:
     return base if isinstance(base, nn.Module) else target_model
 
 
-def select_layer_features(hidden_states: Sequence[torch.Tensor], layer_ids: Sequence[int]) -> torch.Tensor:
-    """Concatenate decoder-layer outputs: `hidden_states[id + 1]` (index 0 is the embeddings)."""
-    if not layer_ids:
-        raise ValueError("layer_ids is empty")
-    num_layers = len(hidden_states) - 1
-    bad = [i for i in layer_ids if not 0 <= i < num_layers]
-    if bad:
-        raise ValueError(f"target layer ids {bad} out of range: the target has {num_layers} layers")
-    return torch.cat([hidden_states[i + 1] for i in layer_ids], dim=-1)
+def decoder_layers(target_model: nn.Module) -> nn.ModuleList:
+    """The target's decoder layers, in order (`model.layers` for Llama/Qwen-style models)."""
+    for owner in (_decoder(target_model), target_model, getattr(target_model, "model", None)):
+        for candidate in (owner, getattr(owner, "language_model", None)):
+            layers = getattr(candidate, "layers", None)
+            if isinstance(layers, nn.ModuleList) and len(layers):
+                return layers
+    raise ValueError(f"{type(target_model).__name__}: cannot find its decoder layers (no `.layers` list)")
+
+
+class LayerFeatureTap:
+    """Captures "target layer i's feature" during the target's own forward passes.
+
+    The feature of layer i is what decoder layer i returns (hidden + residual), BEFORE the final
+    norm: what vLLM and SGLang hand a DFlash drafter. HF's `hidden_states[i + 1]` is the same for
+    every layer but the last, where transformers applies the final norm, so forward hooks on the
+    layers are the one definition used by training, extraction and evaluation alike.
+
+        with LayerFeatureTap(target, layer_ids) as tap:
+            target(input_ids, ...)
+            features = tap.take()   # [B, T, k*H]
+    """
+
+    def __init__(self, target_model: nn.Module, layer_ids: Sequence[int]) -> None:
+        self.layer_ids = [int(i) for i in layer_ids]
+        if not self.layer_ids:
+            raise ValueError("layer_ids is empty")
+        self.layers = decoder_layers(target_model)
+        bad = [i for i in self.layer_ids if not 0 <= i < len(self.layers)]
+        if bad:
+            raise ValueError(f"target layer ids {bad} out of range: the target has {len(self.layers)} layers")
+        self._outputs: dict[int, torch.Tensor] = {}
+        self._handles: list = []
+
+    def __enter__(self) -> LayerFeatureTap:
+        for layer_id in sorted(set(self.layer_ids)):
+            self._handles.append(self.layers[layer_id].register_forward_hook(self._hook(layer_id)))
+        return self
+
+    def _hook(self, layer_id: int):
+        def keep(module, inputs, output):
+            self._outputs[layer_id] = output[0] if isinstance(output, (tuple, list)) else output
+
+        return keep
+
+    def __exit__(self, *exc_info) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._outputs.clear()
+
+    def take(self) -> torch.Tensor:
+        """The concatenated features of the last forward pass (then forgotten)."""
+        missing = [i for i in self.layer_ids if i not in self._outputs]
+        if missing:
+            raise RuntimeError(f"no output captured for target layers {missing}; run the target inside the tap")
+        features = torch.cat([self._outputs[i] for i in self.layer_ids], dim=-1)
+        self._outputs.clear()
+        return features
 
 
 @torch.no_grad()
@@ -34,14 +84,36 @@ def extract_target_features(
     attention_mask: torch.Tensor | None,
     layer_ids: Sequence[int],
 ) -> torch.Tensor:
-    """[B, T, k*H] raw concatenation of the target's layer outputs for `layer_ids` (no grad)."""
-    output = _decoder(target_model)(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        output_hidden_states=True,
-        use_cache=False,
+    """[B, T, k*H] raw concatenation of the target's layer features for `layer_ids` (no grad)."""
+    with LayerFeatureTap(target_model, layer_ids) as tap:
+        _decoder(target_model)(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        return tap.take()
+
+
+def uses_old_last_layer_feature(config) -> bool:
+    """True for a drafter config trained before FEATURE_DEFINITION that reads the target's last layer.
+
+    Those drafters learned HF's `hidden_states[L]` (after the final norm) for the last layer, but
+    engines give them the pre-norm output, so they are served a feature they never saw.
+    """
+    flash = getattr(config, "dflash_config", None) or {}
+    if flash.get("feature_definition") == FEATURE_DEFINITION:
+        return False
+    last = int(getattr(config, "num_target_layers", 0) or 0) - 1
+    return last >= 0 and last in [int(i) for i in flash.get("target_layer_ids", [])]
+
+
+def feature_definition_warning(config, where: str = "drafter") -> str | None:
+    """A one-paragraph warning for `uses_old_last_layer_feature` configs, else None."""
+    if not uses_old_last_layer_feature(config):
+        return None
+    last = int(config.num_target_layers) - 1
+    return (
+        f"warning: {where} was trained on the target's last layer ({last}) as transformers' hidden_states "
+        f"(after the final norm); vLLM and SGLang feed it that layer's output before the norm, so served "
+        f"acceptance will be lower than `draftsmith eval` measured. Retrain with this draftsmith version "
+        f"(its config then records dflash_config.feature_definition = {FEATURE_DEFINITION!r})."
     )
-    return select_layer_features(output.hidden_states, list(layer_ids))
 
 
 def target_embed_tokens(target_model: nn.Module) -> nn.Embedding:

@@ -25,6 +25,7 @@ from draftsmith.core.io import atomic_path, write_json_atomic
 from draftsmith.core.lock import lock_directory
 from draftsmith.core.progress import Progress
 from draftsmith.data.tokenized import TokenizedDataset, load_tokenized
+from draftsmith.model.config import FEATURE_DEFINITION
 from draftsmith.train.config import ExtractConfig
 from draftsmith.train.data import check_vocabulary
 
@@ -151,6 +152,7 @@ def _extract(settings: ExtractConfig, started: float, echo) -> ExtractResult:
         "version": FEATURES_VERSION,
         "target": str(target.resolve()),
         "layer_ids": layer_ids,
+        "feature_definition": FEATURE_DEFINITION,
         "hidden_size": hidden_size,
         "feature_dim": hidden_size * len(layer_ids),
         "dtype": dtype,
@@ -254,6 +256,8 @@ class FeatureStore:
         if not self.index.get("complete"):
             raise InputError(f"{index_path}: extraction is incomplete; rerun `draftsmith extract` to finish it")
         self.layer_ids: list[int] = list(self.index["layer_ids"])
+        # Absent in directories extracted before the definition; only the last layer differs then.
+        self.feature_definition: str | None = self.index.get("feature_definition")
         self.dtype = DTYPES[self.index["dtype"]]
         self._shards = sorted(self.index["shards"], key=lambda shard: shard["first"])
         self._open: dict[str, tuple[object, torch.Tensor]] = {}

@@ -145,6 +145,12 @@ class DrafterTrainer:
                     f"but --target-layer-ids asks for {layer_ids}"
                 )
             layer_ids = self.features.layer_ids
+            last = int(target_config.get_text_config().num_hidden_layers) - 1
+            if self.features.feature_definition is None and last in layer_ids:
+                raise InputError(
+                    f"{config.offline_features}: extracted by an older draftsmith, whose feature for the target's "
+                    f"last layer ({last}) was the post-norm hidden state engines never feed; re-run `draftsmith extract`"
+                )
         if layer_ids is None:
             layer_ids = resolve_layer_ids(target_config, config.num_features, None)
         mask_token_id = config.mask_token_id if config.mask_token_id is not None else mask_token_id_for(config.target)
