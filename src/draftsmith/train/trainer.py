@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from draftsmith.core.errors import InputError
 from draftsmith.train.anchors import anchor_generator, sample_anchors, valid_anchor_positions
 from draftsmith.train.blocks import BlockBatch, build_block_batch
+from draftsmith.train.checkpoints import CHECKPOINT_DIR, STATE_FILE, cut_log, newest_intact_checkpoint, numpy_rng_state, set_numpy_rng_state
 from draftsmith.train.data import TokenizedDataset, check_vocabulary, load_tokenized
 from draftsmith.train.distributed import (
     DistributedContext,
@@ -49,9 +50,7 @@ from draftsmith.train.distributed import (
 )
 from draftsmith.train.loss import default_gamma, dflash_loss_from_hidden, position_weights
 
-CHECKPOINT_DIR = "checkpoints"
 FINAL_DIR = "drafter"
-STATE_FILE = "trainer_state.pt"
 LOG_FILE = "train_log.jsonl"
 
 
@@ -273,7 +272,7 @@ class DrafterTrainer:
 
 def _set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    set_numpy_rng_state(state["numpy"])
     torch.set_rng_state(state["torch"])
     if torch.cuda.is_available() and state.get("cuda") is not None:
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -282,7 +281,7 @@ def _set_rng_state(state: dict) -> None:
 def _rng_state() -> dict:
     return {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": numpy_rng_state(),
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
     }
@@ -328,8 +327,9 @@ def _save_checkpoint(trainer: DrafterTrainer, optimizer, scheduler, state: dict,
 
 
 def _check_resume_config(saved: dict, config: TrainConfig, checkpoint: Path) -> None:
-    # These change what the saved optimizer state and data position mean.
-    keys = ["block_size", "num_draft_layers", "target_layer_ids", "num_features", "num_anchors", "max_length", "batch_size", "grad_accum", "seed", "epochs", "max_steps"]
+    # These change what the saved optimizer state and data position mean. `epochs` and `max_steps`
+    # only say where to stop, so a finished run can be extended by raising them.
+    keys = ["block_size", "num_draft_layers", "target_layer_ids", "num_features", "num_anchors", "max_length", "batch_size", "grad_accum", "seed"]
     current = config.model_dump(mode="json")
     different = [key for key in keys if saved.get(key) != current.get(key)]
     if different:
@@ -424,9 +424,9 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
     resumed_from = None
     losses: list[tuple[int, float]] = []
     if config.resume:
-        checkpoint = latest_checkpoint(out_dir)
-        if checkpoint is not None:
-            saved = torch.load(checkpoint / STATE_FILE, map_location="cpu", weights_only=False)
+        found = newest_intact_checkpoint(out_dir)
+        if found is not None:
+            checkpoint, saved = found
             _check_resume_config(saved["config"], config, checkpoint)
             trainer.drafter.load_state_dict(saved["drafter_state"])
             optimizer.load_state_dict(saved["optimizer"])
@@ -450,6 +450,8 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
             + f", {context.world_size} process(es)"
             + (f"; resuming at step {step}" if resumed_from is not None else "")
         )
+    if context.is_main:
+        cut_log(out_dir / LOG_FILE, step)  # records past the checkpoint would repeat
     log_handle = (out_dir / LOG_FILE).open("a") if context.is_main else None
     progress = _Progress(config.progress and context.is_main, total_steps, step)
 
