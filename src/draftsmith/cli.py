@@ -12,6 +12,7 @@ import typer
 
 from draftsmith import __version__
 from draftsmith.core.errors import DraftsmithError
+from draftsmith.core.redact import redact
 
 app = typer.Typer(
     name="draftsmith",
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         # With standalone_mode=False click returns a command's `typer.Exit(code)` instead of raising.
         result = app(args=argv, standalone_mode=False)
     except DraftsmithError as error:
-        typer.echo(f"draftsmith: error: {error}", err=True)
+        typer.echo(f"draftsmith: error: {redact(str(error))}", err=True)
         return error.exit_code
     except (typer.Abort, KeyboardInterrupt):
         typer.echo("draftsmith: interrupted", err=True)
@@ -63,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:  # click usage errors carry their own exit code
         import click
 
-        if isinstance(error, click.ClickException):
+        # typer >= 0.20 raises its vendored click's exceptions, which are not click's own.
+        if isinstance(error, (click.ClickException, typer.TyperException)) and hasattr(error, "show"):
             error.show()
             return error.exit_code
         raise

@@ -206,3 +206,13 @@ def test_summary_rescans_the_output_and_reports_duplicates(tmp_path, prompts_fil
         second = generate(config(prompts, tmp_path / "out", [server.url]))
     assert second.done == 0 and second.duplicates_on_disk == 1 and not second.ok
     assert any("duplicate rows" in problem for problem in second.problems())
+
+
+@pytest.mark.parametrize("status, attempts", [(503, 3), (400, 1)])
+def test_failures_file_counts_every_attempt_once(tmp_path, prompts_file, status, attempts):
+    prompts = prompts_file(4)
+    with ServeProcess(["--fail-rate", "1", "--fail-status", str(status)]) as server:
+        summary = generate(config(prompts, tmp_path / "out", [server.url], max_retries=2))
+    assert summary.failed == 4 and summary.retries == 4 * (attempts - 1)
+    failures = [json.loads(line) for line in (tmp_path / "out" / "failures-s0of1.jsonl").read_text().splitlines()]
+    assert [f["attempts"] for f in failures] == [attempts] * 4

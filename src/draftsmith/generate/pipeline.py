@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from draftsmith.core.errors import DraftsmithError, InputError
+from draftsmith.core.redact import redact
 from draftsmith.client.chat import (
     ChatClient,
     ChatResult,
@@ -217,6 +218,7 @@ class _Run:
         self.unresolved: set[str] = set()
         self.attempts: dict[str, int] = {}
         self.connection_errors: dict[str, int] = {}
+        self.tries: dict[str, int] = {}  # requests of a sample that came back (cancelled ones do not count)
         self.inflight: dict[asyncio.Task, tuple[PromptSample, Endpoint, float]] = {}
         self.timers = 0
         self.wake = asyncio.Event()
@@ -321,6 +323,7 @@ class _Run:
             kind, value, retry_after = task.result()
         except Exception as error:  # a bug, not the endpoint's fault: record it, never drop the sample
             kind, value, retry_after = "fail", error, None
+        self.tries[sample.id] = self.tries.get(sample.id, 0) + 1
         if self.stopping:
             if kind == "ok":
                 self._complete(sample, endpoint, value)
@@ -360,8 +363,8 @@ class _Run:
             self._fail(sample, message, endpoint)
 
     def _fail(self, sample: PromptSample, reason: str, endpoint: Endpoint | None) -> None:
-        attempts = self.attempts.get(sample.id, 0) + self.connection_errors.get(sample.id, 0) + 1
-        self.store.write_failure(sample.id, reason, attempts, endpoint.url if endpoint else None)
+        reason = redact(reason)  # an unexpected error's text may quote the URL it was sent to
+        self.store.write_failure(sample.id, reason, self.tries.get(sample.id, 0), endpoint.label if endpoint else None)
         self.unresolved.discard(sample.id)
         self.failed += 1
         self.progress.failed += 1
@@ -383,7 +386,7 @@ class _Run:
             "prompt_token_ids": result.prompt_token_ids,
             "completion_token_ids": result.completion_token_ids,
             "model": result.model or self.model,
-            "endpoint": endpoint.url,
+            "endpoint": endpoint.label,
             "latency_s": round(result.latency_s, 4),
         }
         if not self.store.write_row(row):
@@ -443,7 +446,7 @@ class _Run:
                 if endpoint is None:
                     since = self.dispatcher.all_down_since()
                     if since is not None and time.monotonic() - since > self.config.endpoint_wait_s:
-                        reasons = "; ".join(f"{e.url}: {e.last_error}" for e in self.dispatcher.endpoints)
+                        reasons = "; ".join(f"{e.label}: {e.last_error}" for e in self.dispatcher.endpoints)
                         self._stop(f"no endpoint healthy for {self.config.endpoint_wait_s:g}s ({reasons})")
                         break
                     await self._wait()
@@ -486,7 +489,7 @@ async def _wait_for_endpoints(dispatcher: Dispatcher, wait_s: float, log) -> Non
         if dispatcher.healthy_count:
             return
         now = time.monotonic()
-        reasons = "; ".join(f"{e.url}: {e.last_error}" for e in dispatcher.endpoints)
+        reasons = "; ".join(f"{e.label}: {e.last_error}" for e in dispatcher.endpoints)
         if now >= deadline:
             raise DraftsmithError(f"no endpoint became healthy within {wait_s:g}s ({reasons})")
         if now - last_log > 10:
@@ -595,7 +598,7 @@ async def agenerate(config: GenerateConfig, log: Callable[[str], None] | None = 
             summary.model = model
             summary.rows_file = str(store.rows_path) if store.rows_path and store.rows_path.exists() else None
             summary.endpoints = [
-                {"url": e.url, "healthy": e.healthy, "completed": e.completed, "errors": e.failed,
+                {"url": e.label, "healthy": e.healthy, "completed": e.completed, "errors": e.failed,
                  "last_error": e.last_error}
                 for e in run.dispatcher.endpoints
             ]
