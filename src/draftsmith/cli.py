@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
             error.show()
             return error.exit_code
         raise
+    if result == 130:  # typer turns Ctrl-C inside a command into Exit(130), said nowhere
+        typer.echo("draftsmith: interrupted", err=True)
     return result if isinstance(result, int) else 0
 
 

@@ -527,6 +527,9 @@ async def agenerate(config: GenerateConfig, log: Callable[[str], None] | None = 
 
     started = time.monotonic()
     samples, duplicate_ids = load_prompts(config.inputs)
+    if not samples:
+        shown = config.inputs if isinstance(config.inputs, (str, Path)) else ", ".join(map(str, config.inputs))
+        raise InputError(f"{shown}: no prompts (the input is empty)")
     count = config.shard_count
     if count > 1:
         samples = [s for s in samples if shard_of(s.id, count) == config.shard_index]

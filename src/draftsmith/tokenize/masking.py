@@ -95,8 +95,11 @@ def load_tokenizer(tokenizer_path: str | Path):
     """A fast tokenizer with a chat template (offsets are needed to map characters to tokens)."""
     from transformers import AutoTokenizer
 
+    from draftsmith.core.paths import dir_or_hub_id
+
+    source = dir_or_hub_id(tokenizer_path, "--tokenizer")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path))
+        tokenizer = AutoTokenizer.from_pretrained(source)
     except Exception as error:
         raise InputError(f"{tokenizer_path}: cannot load a tokenizer: {error}") from error
     if not getattr(tokenizer, "is_fast", False):
