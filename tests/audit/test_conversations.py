@@ -37,6 +37,19 @@ def test_boilerplate_conversations_fail(tmp_path):
     assert "87.0% of samples (174) train on the identical completion 'OK.'" in report.verdict
 
 
+def test_a_small_healthy_set_passes_and_small_boilerplate_still_fails(tmp_path, tiny_tokenizer):
+    # Five varied rows: every completion is seen once, which is not dominance.
+    healthy = write_jsonl(generated_rows(5), tmp_path / "healthy.jsonl")
+    for tokenizer in (None, tiny_tokenizer):
+        report = audit_conversations(healthy, tokenizer=tokenizer)
+        assert report.samples == 5 and report.dominant_span.count == 1
+        assert report.passed, report.verdict
+    # Five copies of the same stock reply repeat: still dominant.
+    report = audit_conversations(write_jsonl(generated_rows(5, boilerplate_share=1.0), tmp_path / "bad.jsonl"))
+    assert "dominant_span" in {gate.name for gate in report.failed_gates}
+    assert "100.0% of samples (5) train on the identical completion 'OK.'" in report.verdict
+
+
 def test_clean_conversations_pass(tmp_path, tiny_tokenizer):
     path = write_jsonl(generated_rows(200), tmp_path / "gen.jsonl")
     report = audit_conversations(path)

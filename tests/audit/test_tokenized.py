@@ -11,7 +11,7 @@ import pytest
 from draftsmith.audit import AuditReport, Thresholds, audit_tokenized
 from draftsmith.core.errors import InputError
 
-from .conftest import TOKENIZED_SCHEMA, encode, tokenize_conversation, write_shards
+from .conftest import TOKENIZED_SCHEMA, encode, tokenize_conversation, tokenized_rows, write_shards
 
 
 def comparable(report: AuditReport) -> dict:
@@ -281,3 +281,18 @@ def test_conversation_rows_in_a_datasets_dir_are_detected(tmp_path):
     assert detect_kind([saved]) == "conversations"
     report = audit_conversations(saved)
     assert report.samples == 40 and report.bad_samples == 0
+
+
+def test_a_small_healthy_set_passes_and_small_boilerplate_still_fails(tmp_path, tiny_target_dir, tiny_tokenizer):
+    # Five varied rows: every mask sum and span is seen once, which is not dominance.
+    healthy_dir = write_shards(tokenized_rows(tiny_tokenizer, 5), tmp_path / "healthy")
+    healthy = audit_tokenized(healthy_dir, tokenizer=tiny_target_dir)
+    assert healthy.samples == 5 and healthy.dominant_span.count == 1
+    assert healthy.passed, healthy.verdict
+    # Five copies of the same boilerplate completion repeat: still dominant.
+    rows = tokenized_rows(tiny_tokenizer, 5, boilerplate_share=1.0)
+    boilerplate = audit_tokenized(write_shards(rows, tmp_path / "boilerplate"), tokenizer=tiny_target_dir)
+    assert {"dominant_mask_sum", "dominant_span"} <= {gate.name for gate in boilerplate.failed_gates}
+    # The minimum count is a threshold like the others.
+    lenient = audit_tokenized(tmp_path / "boilerplate", thresholds={"dominant_min_count": 6})
+    assert not {"dominant_mask_sum", "dominant_span"} & {gate.name for gate in lenient.failed_gates}

@@ -20,6 +20,9 @@ def row(messages, **extra):
 
 
 def assistant(content=ANSWER, reasoning=REASONING):
+    """reasoning=None: the turn has no think block; "": the model wrote an empty one."""
+    if reasoning is None:
+        return {"role": "assistant", "content": content}
     return {"role": "assistant", "content": content, "reasoning_content": reasoning}
 
 
@@ -44,16 +47,18 @@ def test_final_turn_trains_thinking_answer_and_end_of_turn_exactly(make_masker):
     assert untrained_prefix(masker, built) == prompt
     first = int(np.flatnonzero(built.loss_mask)[0])
     assert masker.tokenizer.convert_ids_to_tokens(int(built.input_ids[first])) == "<think>"
-    # The newline after <|im_end|> is template scaffolding, not something the model generates.
-    assert built.loss_mask[-1] == 0
-    assert masker.tokenizer.decode([int(built.input_ids[-1])]) == "\n"
+    # The row ends with the generated <|im_end|>: the newline the template renders after it is
+    # scaffolding the model never generates (an engine's ids end there too).
+    assert built.loss_mask[-1] == 1
+    assert masker.tokenizer.decode([int(built.input_ids[-1])], skip_special_tokens=False) == "<|im_end|>"
+    assert masker.render(messages).endswith(trained_text(masker, built) + "\n")
     assert built.input_ids.dtype == np.int32 and built.loss_mask.dtype == np.int8
     assert len(built.input_ids) == len(built.loss_mask)
 
 
 def test_template_inserted_empty_think_block_is_not_trained(make_masker, tiny_tokenizer):
     masker = make_masker()
-    messages = [USER, assistant(reasoning="")]
+    messages = [USER, assistant(reasoning=None)]
     text = tiny_tokenizer.apply_chat_template(messages, tokenize=False)
     assert "<think>\n\n</think>\n\n" in text  # the template does insert it
     built = masker.build(row(messages))
@@ -130,7 +135,7 @@ def test_tool_calls_in_the_final_turn_are_trained(make_masker, tiny_target_dir):
 def test_content_text_that_also_appears_in_the_prompt_is_not_confused(make_masker):
     # The answer repeats the user's words: a substring search would find the prompt copy first.
     masker = make_masker()
-    messages = [{"role": "user", "content": "regit"}, assistant(content="regit", reasoning="")]
+    messages = [{"role": "user", "content": "regit"}, assistant(content="regit", reasoning=None)]
     built = masker.build(row(messages))
     assert trained_text(masker, built) == "regit<|im_end|>"
     assert untrained_prefix(masker, built).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
@@ -150,7 +155,8 @@ def test_generation_marker_template_uses_markers_and_still_masks_scaffolding(mak
     earlier = assistant("In capital letters: HARBOR.", "The phrase is harbor.")
     for messages in (
         [SYSTEM, USER, assistant()],
-        [USER, assistant(reasoning="")],  # markers cover the empty think block: must stay 0
+        [USER, assistant(reasoning=None)],  # markers cover the template's empty think block: must stay 0
+        [USER, assistant(reasoning="")],  # the model wrote that block: trained both ways
         [{"role": "user", "content": "Write harbor."}, earlier, USER, assistant()],  # markers cover every turn
     ):
         by_markers = marked.build(row(messages))
@@ -168,7 +174,7 @@ def test_generation_markers_can_be_turned_off(make_masker, tiny_target_dir):
 
 def test_chatml_template_without_markers_or_reasoning(make_masker, tiny_target_dir):
     masker = make_masker(tokenizer=tokenizer_with_template(tiny_target_dir, CHATML_TEMPLATE))
-    built = masker.build(row([SYSTEM, USER, assistant(reasoning="")]))
+    built = masker.build(row([SYSTEM, USER, assistant(reasoning=None)]))
     assert built.method == "template_prefix"
     assert trained_text(masker, built) == f"{ANSWER}<|im_end|>"
     assert 0 < built.loss_mask.sum() < len(built.loss_mask)
@@ -222,12 +228,12 @@ def test_verification_catches_leaked_scaffolding(make_masker, monkeypatch):
     masker = make_masker()
     monkeypatch.setattr(masker, "_empty_reasoning_scaffold", lambda *args: "")
     with pytest.raises(RowDropped) as caught:
-        masker.build(row([USER, assistant(reasoning="")]))
+        masker.build(row([USER, assistant(reasoning=None)]))
     assert caught.value.reason == "verify_failed" and "scaffolding" in caught.value.detail
     # With verification sampled away, the same bug goes unnoticed: that is what the share trades.
     unverified = make_masker(verify_share=0.0)
     monkeypatch.setattr(unverified, "_empty_reasoning_scaffold", lambda *args: "")
-    assert not unverified.build(row([USER, assistant(reasoning="")])).verified
+    assert not unverified.build(row([USER, assistant(reasoning=None)])).verified
 
 
 def test_end_of_turn_token_inside_the_answer_is_caught(make_masker):
@@ -339,11 +345,27 @@ def test_synthetic_corpus_masks_decode_to_the_assistant_turn(make_masker):
 
 def test_enable_thinking_false_prompt_gives_the_same_mask(make_masker):
     # Rows generated with enable_thinking=False: the engine's prompt held the empty think block.
-    messages = [USER, assistant(reasoning="")]
+    messages = [USER, assistant(reasoning=None)]
     default = make_masker().build(row(messages))
-    no_thinking = make_masker(chat_template_kwargs=(("enable_thinking", False),)).build(row(messages))
+    no_thinking_masker = make_masker(chat_template_kwargs=(("enable_thinking", False),))
+    no_thinking = no_thinking_masker.build(row(messages))
     assert no_thinking.input_ids.tolist() == default.input_ids.tolist()
     assert no_thinking.loss_mask.tolist() == default.loss_mask.tolist()
+    # A generated row records its (empty) reasoning as "": the block sits in that prompt, so the
+    # model did not write it and it stays 0 whichever way the row says it.
+    recorded = no_thinking_masker.build(row([USER, assistant(reasoning="")]))
+    assert recorded.loss_mask.tolist() == default.loss_mask.tolist()
+
+
+def test_empty_think_block_the_model_wrote_is_trained(make_masker):
+    masker = make_masker()
+    built = masker.build(row([USER, assistant(reasoning="")]))
+    assert trained_text(masker, built) == f"<think>\n\n</think>\n\n{ANSWER}<|im_end|>"
+    assert built.verified
+    # Written inline, as an engine without a reasoning parser returns it: the same row.
+    inline = masker.build(row([USER, {"role": "assistant", "content": f"<think>\n\n</think>\n\n{ANSWER}"}]))
+    assert inline.input_ids.tolist() == built.input_ids.tolist()
+    assert inline.loss_mask.tolist() == built.loss_mask.tolist()
 
 
 def test_end_of_turn_from_generation_config_or_option(tmp_path, tiny_target_dir, tiny_tokenizer):

@@ -12,13 +12,17 @@ from draftsmith.core.errors import InputError
 
 
 def _thresholds_epilog() -> str:
-    from draftsmith.audit.thresholds import Thresholds
+    from draftsmith.audit.thresholds import COUNT_THRESHOLDS, Thresholds
 
     parts = []
     for name, value in Thresholds().to_dict().items():
-        shown = "off" if value is None else (str(value) if name == "min_samples" else f"{value:g}")
+        shown = "off" if value is None else (str(value) if name in COUNT_THRESHOLDS else f"{value:g}")
         parts.append(f"{name}={shown}")
-    return "Gates (--threshold name=value; shares of all samples): " + ", ".join(parts) + "."
+    return (
+        "Gates (--threshold name=value; shares of all samples, except the sample counts "
+        f"{' and '.join(COUNT_THRESHOLDS)}; a mask sum or span is dominant when its share is over "
+        "the limit and at least dominant_min_count samples share it): " + ", ".join(parts) + "."
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -264,15 +264,17 @@ def evaluate_gates(report: AuditReport) -> list[Gate]:
     unit = report.length_unit
     gates: list[Gate] = []
 
-    def share_gate(name: str, count: int, checked: bool, describe) -> None:
+    def share_gate(name: str, count: int, checked: bool, describe, min_count: int | None = None) -> None:
         limit = getattr(thresholds, name)
         share = _share(count, samples)
         if limit is None or not checked:
             reason = "off" if limit is None else "not checked"
             gates.append(Gate(name, share, limit, True, True, f"{name}: {reason}"))
             return
-        passed = share <= limit
-        gates.append(Gate(name, share, limit, passed, False, f"{describe(count, share)} (limit {_pct(limit)})"))
+        # A dominant value must repeat: in a small set a share says little (one sample of five is 20%).
+        rare = share > limit and min_count is not None and count < min_count
+        note = f"limit {_pct(limit)}" + (f"; shared by fewer than {min_count} samples, not dominant" if rare else "")
+        gates.append(Gate(name, share, limit, share <= limit or rare, False, f"{describe(count, share)} ({note})"))
 
     share_gate(
         "bad_samples",
@@ -286,6 +288,7 @@ def evaluate_gates(report: AuditReport) -> list[Gate]:
         mask_sum.count,
         mask_sum.value is not None,
         lambda c, s: f"{_pct(s)} of samples ({c:,}) have exactly {mask_sum.value} trainable {unit}",
+        thresholds.dominant_min_count,
     )
     span = report.dominant_span
     what = "completion" if report.input_kind == "conversations" else f"{span.num_tokens}-token masked span"
@@ -294,6 +297,7 @@ def evaluate_gates(report: AuditReport) -> list[Gate]:
         span.count,
         span.count > 0,
         lambda c, s: f"{_pct(s)} of samples ({c:,}) train on the identical {what} {span_label(span)}",
+        thresholds.dominant_min_count,
     )
     for name in GATED_CHECKS:
         check = report.checks.get(name)

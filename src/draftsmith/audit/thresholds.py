@@ -1,8 +1,8 @@
 """Gate thresholds: the limits that turn an audit into PASS or FAIL.
 
-Every limit is a maximum share of all samples (0.05 = 5%), except `min_samples`. A limit of
-`None` switches that gate off. Defaults are set to catch disasters (a stock reply in most rows,
-a template bug masking headers) without failing ordinary, varied data.
+Every limit is a maximum share of all samples (0.05 = 5%), except the counts `dominant_min_count`
+and `min_samples`. A limit of `None` switches that gate off. Defaults are set to catch disasters
+(a stock reply in most rows, a template bug masking headers) without failing ordinary, varied data.
 """
 
 from __future__ import annotations
@@ -20,6 +20,10 @@ class Thresholds:
     dominant_mask_sum: float | None = 0.30
     #: one identical masked token span (the same completion) shared by this many samples
     dominant_span: float | None = 0.10
+    #: a mask sum or span is dominant only when at least this many samples share it (a count,
+    #: on top of the two shares above): in a small set one sample is 20% of five, and two or three
+    #: varied answers of the same length are common; five copies of one completion still fail
+    dominant_min_count: int | None = 5
     #: responses with no trainable content (empty, whitespace, only template tokens)
     empty_response: float | None = 0.01
     #: responses whose thinking block is present but empty
@@ -74,11 +78,15 @@ class Thresholds:
         return (base or cls()).updated(overrides)
 
 
+#: thresholds that are sample counts, not shares
+COUNT_THRESHOLDS = ("dominant_min_count", "min_samples")
+
+
 def parse_threshold_value(name: str, raw: str) -> float | int | None:
     if raw.lower() in {"none", "off", "disable", "disabled"}:
         return None
     try:
-        if name == "min_samples":
+        if name in COUNT_THRESHOLDS:
             value: float | int = int(raw)
             if value < 0:
                 raise ValueError

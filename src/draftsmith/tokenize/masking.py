@@ -1,19 +1,27 @@
 """Turn one conversation into `input_ids` + `loss_mask`, exactly, for thinking-model templates.
 
 `loss_mask[i] == 1` means token `input_ids[i]` is a label: it is aligned with `input_ids`, not
-shifted (the trainer shifts). It is 1 exactly on what the model generated in the trained assistant
-turn(s): the reasoning with its `<think>` delimiters, the answer, and the end-of-turn token; 0 on
-system/user/tool text, role headers, the newline after end-of-turn, and a template-inserted empty
-`<think>\\n\\n</think>\\n\\n` (when the reasoning is empty the model did not write that block: it is
-what `enable_thinking=False` pre-fills in the prompt).
+shifted (the trainer shifts). One rule for both ways of building a row: the mask is 1 exactly on
+what the target generated in the trained assistant turn(s): its think block with the `<think>`
+delimiters (even when empty), the answer, and the end-of-turn token. It is 0 on system/user/tool
+text, role headers, the newline after an end-of-turn, and anything the template put in the prompt.
+The row ends where the generation ended (the final end-of-turn, or the last token written when it
+was cut by max_tokens), as an engine's token ids do.
+
+Whether the model wrote a think block is read from the message (`wrote_think_block`): a
+`reasoning_content` string, even `""`, says it did (an engine's reasoning parser returns the
+block's inside, `""` when it was empty; an inline `<think></think>` in content is split into
+`""`); `None` or no field says it did not. A turn without a think block is trained without the
+empty `<think>\n\n</think>\n\n` a Qwen3-style template renders for it: that block is template
+text, what `enable_thinking=False` pre-fills in the prompt.
 
 How spans are found, without searching for message text in the rendering:
 
 * The turn starts where the template's generation prompt ends: the rendering of the messages
   before it with `add_generation_prompt=True` must be a prefix of the full rendering.
-* For an empty reasoning, the scaffold the template inserts before the content is measured by
-  rendering the turn with two different one-character probe contents: their common part after
-  the generation prompt is template text, skipped when the real rendering starts with it.
+* For a turn without a think block, the scaffold the template inserts before the content is
+  measured by rendering the turn with two different one-character probe contents: their common
+  part after the generation prompt is template text, skipped when the real rendering starts with it.
 * The turn ends at its first end-of-turn token (tokenizer eos and `generation_config.json` eos ids).
 * Character positions map to tokens through the fast tokenizer's offsets; a boundary falling
   inside a token drops the row instead of shifting the mask.
@@ -23,8 +31,9 @@ How spans are found, without searching for message text in the rendering:
 Every row (or a `verify_share` sample, chosen by id) is verified by decoding the trained tokens:
 they must equal the rendered text, end with end-of-turn, end with the content (or contain it,
 before Qwen-style `<tool_call>` blocks, which are trained too), contain the reasoning after it,
-and be the content alone when the reasoning is empty. All-zeros and all-ones masks, and a final
-turn whose reasoning the template does not render, are always dropped, counted by reason.
+and be the content alone (after the empty think block, when the model wrote one) when the
+reasoning is empty. All-zeros and all-ones masks, and a final turn whose reasoning the template
+does not render, are always dropped, counted by reason.
 
 Which turns: `final` (default) trains the last assistant turn only; it is rendered exactly as the
 model saw it when generating, thinking included. `all` trains every assistant turn as the template
@@ -33,7 +42,10 @@ last user message, so those turns supervise only their answers (text the model p
 thinking block that is no longer there).
 
 Rows with engine token ids (`prompt_token_ids` + `completion_token_ids`) skip the template: the
-row is exactly what the engine saw and produced.
+row is exactly what the engine saw and produced, and the completion ids are what the model
+generated, so the same rule holds by construction. For the same completion both ways give the same
+`input_ids` and `loss_mask` when tokenize renders with the `chat_template_kwargs` generate used
+(tests/tokenize/test_tokenize_mask_rule.py).
 """
 
 from __future__ import annotations
@@ -48,12 +60,33 @@ from typing import Any
 import numpy as np
 
 from draftsmith.core.errors import InputError
+from draftsmith.data.reasoning import THINK_CLOSE, THINK_OPEN
 
 GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
 PROBE_CONTENTS = ("A", "B")
 
 # Drop reasons. Policy drops are choices the user made; the others are data or template problems.
 POLICY_REASONS = frozenset({"finish_reason_length", "overflow", "truncated_no_trainable", "duplicate_id"})
+
+
+def wrote_think_block(message: dict[str, Any]) -> bool:
+    """Whether the model wrote a think block in this assistant turn (maybe an empty one)."""
+    return message.get("reasoning_content") is not None
+
+
+def reasoning_of(message: dict[str, Any]) -> str:
+    return message.get("reasoning_content") or ""
+
+
+EMPTY_THINK_BLOCK = re.compile(rf"\s*{re.escape(THINK_OPEN)}\s*{re.escape(THINK_CLOSE)}\s*")
+
+
+def _check_final_turn(messages: list[dict[str, Any]]) -> None:
+    if messages[-1]["role"] != "assistant":
+        raise RowDropped("no_assistant_turn", "the conversation does not end with an assistant message")
+    final = messages[-1]
+    if not (final["content"].strip() or reasoning_of(final).strip() or final.get("tool_calls")):
+        raise RowDropped("empty_assistant", "the final assistant message has no content, reasoning or tool calls")
 
 
 class RowDropped(Exception):
@@ -177,6 +210,7 @@ class ChatMasker:
         if truncated_generation and config.length_policy == "drop":
             raise RowDropped("finish_reason_length", "generation hit max_tokens (length policy: drop)")
         verify = _should_verify(row["id"], config.verify_share)
+        _check_final_turn(row["messages"])  # the same rows are dropped whichever way they are built
         if (
             config.use_engine_token_ids
             and row.get("prompt_token_ids")
@@ -247,11 +281,7 @@ class ChatMasker:
 
     def _from_template(self, row: dict[str, Any], verify: bool, truncated_generation: bool) -> MaskedRow:
         messages = row["messages"]
-        if messages[-1]["role"] != "assistant":
-            raise RowDropped("no_assistant_turn", "the conversation does not end with an assistant message")
         final = messages[-1]
-        if not (final["content"].strip() or final.get("reasoning_content", "").strip() or final.get("tool_calls")):
-            raise RowDropped("empty_assistant", "the final assistant message has no content, reasoning or tool calls")
         if self.config.train_turns == "all":
             turns = [i for i, message in enumerate(messages) if message["role"] == "assistant" and i > 0]
         else:
@@ -282,7 +312,9 @@ class ChatMasker:
                     + (" (try --train-turns final)" if index != len(messages) - 1 else ""),
                 )
             start_char = len(prompt)
-            if not messages[index].get("reasoning_content", "").strip():
+            # A think block the model wrote is trained even when empty; one it did not write, yet
+            # the template renders, is template text.
+            if not wrote_think_block(messages[index]):
                 scaffold = self._empty_reasoning_scaffold(before, messages[index], prompt)
                 if scaffold and text.startswith(scaffold, start_char):
                     start_char += len(scaffold)
@@ -306,9 +338,9 @@ class ChatMasker:
                     "end_of_turn_in_content",
                     "the final assistant turn contains an end-of-turn token inside its text",
                 )
-            if index == len(messages) - 1 and final.get("reasoning_content", "").strip():
+            if index == len(messages) - 1 and reasoning_of(final).strip():
                 turn_text = text[int(offsets[first, 0]) : int(offsets[end - 1, 1])]
-                if final["reasoning_content"].strip() not in turn_text:
+                if reasoning_of(final).strip() not in turn_text:
                     raise RowDropped(
                         "reasoning_not_rendered",
                         "the chat template does not render the final turn's reasoning_content, so the "
@@ -328,13 +360,13 @@ class ChatMasker:
                 turn[end - first - 1] = 1  # the end-of-turn token is always a label
                 loss_mask[first:end] = turn
 
-        if truncated_generation:
-            # Kept despite hitting max_tokens: the model never wrote what the template closes the
-            # turn with, so cut the sequence right after the last generated text.
-            _, first, end = spans[-1]
-            cut = self._truncated_generation_end(text, offsets, first, end, final)
-            input_ids, loss_mask, offsets = input_ids[:cut], loss_mask[:cut], offsets[:cut]
-            spans[-1] = (spans[-1][0], first, cut)
+        # The sequence ends where the generation did, as an engine's ids do: what the template
+        # renders after the final end-of-turn (a newline) was never generated. Kept despite
+        # hitting max_tokens, the model never wrote what the template closes the turn with either.
+        _, first, end = spans[-1]
+        cut = self._truncated_generation_end(text, offsets, first, end, final) if truncated_generation else end
+        input_ids, loss_mask, offsets = input_ids[:cut], loss_mask[:cut], offsets[:cut]
+        spans[-1] = (spans[-1][0], first, cut)
 
         total = int(loss_mask.sum())
         if total == 0:
@@ -365,7 +397,7 @@ class ChatMasker:
         cut_char = int(offsets[end - 1, 0])  # drop the end-of-turn token the template added
         if not final["content"].strip():
             # Cut inside the reasoning: drop the closing `</think>` scaffold as well.
-            reasoning = final.get("reasoning_content", "").strip()
+            reasoning = reasoning_of(final).strip()
             region = text[int(offsets[first, 0]) : cut_char]
             position = region.rfind(reasoning)
             if position >= 0:
@@ -398,7 +430,12 @@ class ChatMasker:
             body = body[: -len(end_text)]
         message = messages[index]
         content = message["content"].strip()
-        reasoning = message.get("reasoning_content", "").strip()
+        reasoning = reasoning_of(message).strip()
+        if not reasoning and wrote_think_block(message):
+            # The model's own empty think block is trained; the rest must be the content alone.
+            empty_block = EMPTY_THINK_BLOCK.match(body)
+            if empty_block:
+                body = body[empty_block.end() :]
         # Tool calls are generated text too; templates render them after the content.
         calls = bool(message.get("tool_calls"))
         if closed and content and not calls and not body.rstrip().endswith(content):

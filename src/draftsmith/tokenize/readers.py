@@ -255,7 +255,10 @@ def _normalize_message(message: Any, where: str, index: int, sharegpt: bool) -> 
             split = _split_inline_reasoning(normalized["content"])
             if split is not None:
                 reasoning, normalized["content"] = split
-        normalized["reasoning_content"] = reasoning or ""
+        # "" (an empty think block the model wrote) and None (no think block) train differently.
+        normalized.pop("reasoning_content", None)
+        if reasoning is not None:
+            normalized["reasoning_content"] = reasoning
     return normalized
 
 
