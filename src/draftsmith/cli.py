@@ -58,6 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     except DraftsmithError as error:
         typer.echo(f"draftsmith: error: {redact(str(error))}", err=True)
         return error.exit_code
+    except OSError as error:
+        # The file system refused a path the user gave (a file where a directory goes, a full
+        # disk, no permission): their problem to fix, said in one line.
+        if error.filename is None:
+            raise
+        typer.echo(f"draftsmith: error: {error.filename}: {error.strerror or error}", err=True)
+        return 2
     except (typer.Abort, KeyboardInterrupt):
         typer.echo("draftsmith: interrupted", err=True)
         return 130

@@ -37,3 +37,18 @@ def dir_or_hub_id(path: str | os.PathLike, what: str) -> str:
     except HFValidationError:
         raise InputError(f"{what} {text}: no such directory") from None
     return text
+
+
+def require_output_dir(path: str | os.PathLike, what: str) -> Path:
+    """`path` as a Path if it is a directory or can become one; a file in the way is an `InputError`.
+
+    Checked before a stage does any work, so the run does not end in a traceback from `mkdir`.
+    """
+    path = Path(path)
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            if not candidate.is_dir():
+                shown = path if candidate == path else f"{path} ({candidate})"
+                raise InputError(f"{what} {shown}: exists and is not a directory")
+            break
+    return path

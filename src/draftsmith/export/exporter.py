@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.paths import require_output_dir
 from draftsmith.model import CONFIG_NAME, DFlashDraftModel, load_drafter, save_drafter
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -121,7 +122,7 @@ def export_drafter(
     check_reference: bool = True,
 ) -> ExportResult:
     """Write the serving checkpoint for `drafter` (a directory, train output dir, or model) to `out`."""
-    out = Path(out)
+    out = require_output_dir(out, "--out")
     source: Path | None = None
     if isinstance(drafter, (str, Path)):
         source = resolve_drafter_dir(drafter)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from draftsmith.core.errors import DraftsmithError, InputError
+from draftsmith.core.paths import require_output_dir
 from draftsmith.core.redact import redact
 from draftsmith.client.chat import (
     ChatClient,
@@ -518,6 +519,7 @@ async def agenerate(config: GenerateConfig, log: Callable[[str], None] | None = 
     ``summary.stopped_reason`` say what happened (the CLI turns it into exit code 3).
     """
     config.validate()
+    require_output_dir(config.output_dir, "--output")
     from rich.console import Console
 
     console = Console(stderr=True)

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from draftsmith.core.errors import DraftsmithError, InputError
+from draftsmith.core.paths import require_output_dir
 from draftsmith.tokenize.masking import POLICY_REASONS, ChatMasker, MaskedRow, MaskerConfig, RowDropped
 from draftsmith.tokenize.readers import RawRecord, count_rows, expand_inputs, iter_records, normalize_row
 from draftsmith.tokenize.writer import SUMMARY_NAME, ShardWriter, prepare_output_dir, write_json_atomic, written_ids
@@ -281,7 +282,7 @@ def tokenize_dataset(
     if isinstance(inputs, (str, Path)):
         inputs = [inputs]
     paths = expand_inputs(inputs)
-    output = Path(output_dir)
+    output = require_output_dir(output_dir, "--out")
     tokenizer_path = str(tokenizer_path)
     masker = ChatMasker.from_path(tokenizer_path, options.masker_config())  # a bad tokenizer fails here
     existing = prepare_output_dir(output, options.overwrite, options.resume)
@@ -301,6 +302,8 @@ def tokenize_dataset(
     writer = ShardWriter(output, options.rows_per_shard, existing)
     started = time.perf_counter()
     total = count_rows(paths) if options.progress else None
+    if total == 0:  # said before a progress bar is drawn, so the error is the only line
+        raise InputError(f"{', '.join(summary.inputs)}: no rows to tokenize")
 
     def drop(reason: str, row_id: str, where: str, detail: str) -> None:
         dropped[reason] += 1

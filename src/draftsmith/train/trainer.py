@@ -35,6 +35,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.paths import require_output_dir
 from draftsmith.train.anchors import anchor_generator, sample_anchors, valid_anchor_positions
 from draftsmith.train.blocks import BlockBatch, build_block_batch
 from draftsmith.train.checkpoints import CHECKPOINT_DIR, STATE_FILE, cut_log, newest_intact_checkpoint, numpy_rng_state, set_numpy_rng_state
@@ -385,7 +386,7 @@ def train_drafter(config: TrainConfig) -> TrainResult:
 
 def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> TrainResult:
     started = time.perf_counter()
-    out_dir = Path(config.out)
+    out_dir = require_output_dir(config.out, "--out")
     dataset = load_tokenized(config.data, max_length=config.max_length)
     trainable = [index for index, sample in enumerate(dataset.samples) if valid_anchor_positions(torch.from_numpy(sample.loss_mask)).numel() > 0]
     if not trainable:
