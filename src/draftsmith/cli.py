@@ -1,7 +1,8 @@
 """The `draftsmith` command: a thin layer over the Python API, one sub-command per stage.
 
-Each stage module exposes `register(app)` that adds its command(s); this file only wires them and
-turns `DraftsmithError` into a one-line message with exit code 2.
+Each stage module exposes `register(app)` that adds its command(s), built from the stage's config
+model by `draftsmith.core.config.config_command`; this file only wires them and turns
+`DraftsmithError` (and a pydantic `ValidationError` a stage raised) into one line with exit code 2.
 """
 
 from __future__ import annotations
@@ -9,8 +10,10 @@ from __future__ import annotations
 import sys
 
 import typer
+from pydantic import ValidationError
 
 from draftsmith import __version__
+from draftsmith.core.config import describe_validation_error
 from draftsmith.core.errors import DraftsmithError
 from draftsmith.core.redact import redact
 
@@ -46,8 +49,23 @@ STAGE_MODULES = (
     "tiny",
 )
 
+
+
+def audit_tokenized_output(output_dir, tokenizer: str, console) -> bool:
+    """tokenize's post-write gate: the audit stage on the shards just written (the tokenizer enables
+    the span checks). Composed here because a stage never imports another stage."""
+    from draftsmith.audit import audit_tokenized
+
+    report = audit_tokenized(output_dir, tokenizer=tokenizer)
+    report.render(console)
+    console.print(f"audit: {report.verdict}")
+    return bool(report.passed)
+
+
+STAGE_HOOKS = {"tokenize": {"gate": audit_tokenized_output}}
+
 for _stage in STAGE_MODULES:
-    importlib.import_module(f"draftsmith.{_stage}.cli").register(app)
+    importlib.import_module(f"draftsmith.{_stage}.cli").register(app, **STAGE_HOOKS.get(_stage, {}))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         if error.filename is None:
             raise
         typer.echo(f"draftsmith: error: {error.filename}: {error.strerror or error}", err=True)
+        return 2
+    except ValidationError as error:  # a config built inside a stage from values the user gave
+        typer.echo(f"draftsmith: error: {redact(describe_validation_error(error))}", err=True)
         return 2
     except (typer.Abort, KeyboardInterrupt):
         typer.echo("draftsmith: interrupted", err=True)

@@ -2,7 +2,7 @@ import pytest
 
 from draftsmith.core.errors import InputError
 from draftsmith.plan.rates import RateMismatchError, RateSource, choose_rate, compare
-from draftsmith.plan.units import parse_rate
+from draftsmith.core.units import parse_rate
 
 
 def source(name, text, scale=1.0, origin=None):

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Annotated, Literal
 
 import typer
+from pydantic import BaseModel, ConfigDict, Field
 
-from draftsmith.core.errors import InputError
+from draftsmith.core.config import cli, config_command
 
 
 def _thresholds_epilog() -> str:
@@ -25,59 +27,63 @@ def _thresholds_epilog() -> str:
     )
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("audit", epilog=_thresholds_epilog())
-    def audit_command(
-        paths: list[Path] = typer.Argument(..., help="Conversation files (JSONL/Parquet) or tokenized datasets."),
-        tokenizer: str = typer.Option(
-            None, "--tokenizer", help="Tokenizer dir: decodes spans, checks end-of-turn, headers, thinking."
-        ),
-        kind: str = typer.Option("auto", "--kind", help="auto, tokenized or conversations."),
-        as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
-        plot: Path = typer.Option(None, "--plot", help="Write a PNG histogram of trainable tokens per sample."),
-        max_context: int = typer.Option(None, "--max-context", min=1, help="Context limit in tokens."),
-        threshold: list[str] = typer.Option(
-            None,
-            "--threshold",
-            help="Override a gate: name=value (share like 0.05 or 5%, or 'none'). Repeatable.",
-        ),
-    ) -> None:
-        """Audit a training set and gate it: PASS (exit 0) or FAIL (exit 1) with the reasons."""
-        from rich.console import Console
+class AuditConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
-        from draftsmith.audit.conversations import audit_conversations
-        from draftsmith.audit.readers import detect_kind
-        from draftsmith.audit.thresholds import Thresholds
-        from draftsmith.audit.tokenized import audit_tokenized
+    paths: Annotated[list[Path], cli(positional=True)] = Field(
+        description="conversation files (JSONL/Parquet) or tokenized datasets"
+    )
+    tokenizer: str | None = Field(None, description="tokenizer dir: decodes spans, checks end-of-turn, headers, thinking")
+    kind: Literal["auto", "tokenized", "conversations"] = "auto"
+    plot: Path | None = Field(None, description="write a PNG histogram of trainable tokens per sample")
+    max_context: int | None = Field(None, ge=1, description="context limit in tokens")
+    threshold: Annotated[list[str], cli(split=False)] = Field(
+        default_factory=list, description="override a gate: name=value (share like 0.05 or 5%, or 'none'); repeatable"
+    )
 
-        limits = Thresholds.from_assignments(threshold)
-        if kind not in ("auto", "tokenized", "conversations"):
-            raise InputError(f"--kind {kind!r}: expected auto, tokenized or conversations")
-        chosen = detect_kind(paths) if kind == "auto" else kind
-        stderr = Console(stderr=True)
-        with _progress(stderr) as progress:
-            if chosen == "tokenized":
-                report = audit_tokenized(
-                    paths, tokenizer=tokenizer, thresholds=limits, max_context=max_context, progress=progress
-                )
-            else:
-                report = audit_conversations(
-                    paths, thresholds=limits, tokenizer=tokenizer, max_context=max_context, progress=progress
-                )
-        if plot is not None:
-            from draftsmith.audit.plot import plot_histogram
 
-            plot_histogram(report, plot)
-        if as_json:
-            typer.echo(json.dumps(report.to_dict(), indent=2))
-            typer.echo(report.verdict, err=True)
+def audit(config: AuditConfig, as_json: bool = False) -> None:
+    """Audit a training set and gate it: PASS (exit 0) or FAIL (exit 1) with the reasons."""
+    from rich.console import Console
+
+    from draftsmith.audit.conversations import audit_conversations
+    from draftsmith.audit.readers import detect_kind
+    from draftsmith.audit.thresholds import Thresholds
+    from draftsmith.audit.tokenized import audit_tokenized
+
+    limits = Thresholds.from_assignments(config.threshold)
+    paths, tokenizer, max_context, plot = config.paths, config.tokenizer, config.max_context, config.plot
+    chosen = detect_kind(paths) if config.kind == "auto" else config.kind
+    stderr = Console(stderr=True)
+    with _progress(stderr) as progress:
+        if chosen == "tokenized":
+            report = audit_tokenized(
+                paths, tokenizer=tokenizer, thresholds=limits, max_context=max_context, progress=progress
+            )
         else:
-            console = Console(width=max(Console().width, 120)) if not sys.stdout.isatty() else Console()
-            if plot is not None:
-                typer.echo(f"histogram written to {plot}", err=True)
-            report.render(console)
-        if not report.passed:
-            raise typer.Exit(1)
+            report = audit_conversations(
+                paths, thresholds=limits, tokenizer=tokenizer, max_context=max_context, progress=progress
+            )
+    if plot is not None:
+        from draftsmith.audit.plot import plot_histogram
+
+        plot_histogram(report, plot)
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), indent=2))
+        typer.echo(report.verdict, err=True)
+    else:
+        console = Console(width=max(Console().width, 120)) if not sys.stdout.isatty() else Console()
+        if plot is not None:
+            typer.echo(f"histogram written to {plot}", err=True)
+        report.render(console)
+    if not report.passed:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    config_command(app, "audit", AuditConfig, audit, epilog=_thresholds_epilog(), extras={
+        "as_json": (bool, typer.Option(False, "--json", help="Print the report as JSON on stdout.")),
+    })
 
 
 class _progress:

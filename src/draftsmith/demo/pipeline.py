@@ -16,26 +16,36 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Annotated, Any, Callable
+
+from pydantic import ConfigDict, Field
+from pydantic.dataclasses import dataclass as config_dataclass
 
 from draftsmith.core.errors import DraftsmithError, InputError
 
 
-@dataclass
+@config_dataclass(config=ConfigDict(use_attribute_docstrings=True, extra="forbid"))
 class DemoConfig:
     workdir: Path = Path("runs/demo")
-    train_prompts: int = 320
-    eval_prompts: int = 12
-    max_tokens: int = 192
-    concurrency: int = 16
+    """Where every stage writes its output (replaced)."""
+    train_prompts: Annotated[int, Field(ge=8)] = 320
+    """Prompts to regenerate and train on."""
+    eval_prompts: Annotated[int, Field(ge=1)] = 12
+    """Held-out prompts for speculative decoding."""
+    max_tokens: Annotated[int, Field(ge=1)] = 192
+    """Output tokens per regenerated sample."""
+    concurrency: Annotated[int, Field(ge=1)] = 16
     # The recipe measured on the tiny target: about 2-3 CPU minutes of training for tau ~3.
-    block_size: int = 16
-    draft_layers: int = 1
-    train_steps: int = 240
-    batch_size: int = 4
-    lr: float = 5e-3
-    eval_max_new_tokens: int = 128
-    threads: int | None = None
+    block_size: Annotated[int, Field(ge=2)] = 16
+    """Drafter block size."""
+    draft_layers: Annotated[int, Field(ge=1)] = 1
+    train_steps: Annotated[int, Field(ge=1)] = 240
+    """Drafter optimizer steps."""
+    batch_size: Annotated[int, Field(ge=1)] = 4
+    lr: Annotated[float, Field(gt=0)] = 5e-3
+    eval_max_new_tokens: Annotated[int, Field(ge=1)] = 128
+    threads: Annotated[int | None, Field(ge=1)] = None
+    """torch CPU threads (default: torch's choice)."""
     seed: int = 0
 
 

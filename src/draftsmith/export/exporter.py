@@ -15,11 +15,13 @@ from pathlib import Path
 
 import torch
 
+from draftsmith.core.config import torch_dtype
 from draftsmith.core.errors import InputError
 from draftsmith.core.paths import require_output_dir
+from draftsmith.core.io import publish
+from draftsmith.core.lock import lock_directory
 from draftsmith.model import CONFIG_NAME, DFlashDraftModel, load_drafter, save_drafter
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass
@@ -123,15 +125,22 @@ def export_drafter(
 ) -> ExportResult:
     """Write the serving checkpoint for `drafter` (a directory, train output dir, or model) to `out`."""
     out = require_output_dir(out, "--out")
+    # `out` itself is replaced by a rename at the end, so its lock lives next to it.
+    with lock_directory(out, "export", lock_file=out.parent / f".{out.name}.draftsmith.lock"):
+        return _export(drafter, out, dtype, overwrite, check_reference)
+
+
+def _export(drafter, out: Path, dtype: str | None, overwrite: bool, check_reference: bool) -> ExportResult:
     source: Path | None = None
     if isinstance(drafter, (str, Path)):
         source = resolve_drafter_dir(drafter)
         model = load_drafter(source)
     else:
         model = drafter.eval()
-    if dtype is not None and dtype not in _DTYPES:
-        raise InputError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
-    target_dtype = _DTYPES[dtype] if dtype else model.fc.weight.dtype
+    try:
+        target_dtype = torch_dtype(dtype) if dtype else model.fc.weight.dtype
+    except ValueError as error:
+        raise InputError(f"dtype {error}") from None
     dtype_name = str(target_dtype).removeprefix("torch.")
     for name, parameter in model.named_parameters():
         if not torch.isfinite(parameter).all():
@@ -161,7 +170,7 @@ def export_drafter(
 
     if out.exists():
         shutil.rmtree(out)
-    staging.rename(out)
+    publish(staging, out)
     return ExportResult(
         path=out,
         source=source,

@@ -19,11 +19,16 @@ import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Annotated, Any, Callable, Literal
 
+from pydantic import ConfigDict, Field
+from pydantic.dataclasses import dataclass as config_dataclass
+
+from draftsmith.core.config import cli
 from draftsmith.core.errors import DraftsmithError, InputError
 from draftsmith.core.paths import require_output_dir
 from draftsmith.core.redact import redact
+from draftsmith.core.lock import lock_directory
 from draftsmith.client.chat import (
     ChatClient,
     ChatResult,
@@ -38,7 +43,7 @@ from draftsmith.generate.guard import GuardConfig, QualityGuard
 from draftsmith.generate.inputs import PromptSample, load_prompts, shard_of
 from draftsmith.core.asyncrun import run_async
 from draftsmith.generate.progress import RunProgress
-from draftsmith.generate.store import OutputStore, count_row_ids
+from draftsmith.generate.store import OutputStore, count_row_ids, shard_tag
 
 ORDERS = ("input", "longest-first", "prefix")
 
@@ -49,52 +54,58 @@ class QualityGuardTripped(DraftsmithError):
     exit_code = 3
 
 
-@dataclass
+@config_dataclass(config=ConfigDict(use_attribute_docstrings=True, extra="forbid", arbitrary_types_allowed=True))
 class GenerateConfig:
     """Everything a generation run needs. Paths may be str or Path."""
 
-    inputs: list[str | Path] | str | Path
+    inputs: Annotated[list[str | Path] | str | Path, cli(positional=True)]
     """Prompt files or dirs: JSONL / JSON / Parquet / ``datasets.save_to_disk`` (messages or ShareGPT)."""
-    output_dir: str | Path
-    endpoints: list[str] = field(default_factory=lambda: ["http://127.0.0.1:8000"])
+    output_dir: Annotated[str | Path, cli("--output", "-o")]
+    """Output directory (append-only shards; resumable)."""
+    endpoints: Annotated[list[str], cli("--endpoint", "-e")] = field(default_factory=lambda: ["http://127.0.0.1:8000"])
     """Base URLs of OpenAI-compatible servers (``http://host:port`` or ``.../v1``), one per GPU/node."""
     model: str | None = None
     """Model name sent with each request; None: the first id from the endpoint's ``/v1/models``."""
-    max_tokens: int = 4096
+    max_tokens: Annotated[int, Field(ge=1)] = 4096
     temperature: float | None = 0.6
     top_p: float | None = 0.95
     seed: int | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=lambda: {"enable_thinking": True})
+    """Extra chat_template_kwargs (JSON object or KEY=VALUE); --thinking sets enable_thinking."""
     extra_body: dict[str, Any] = field(default_factory=dict)
     """Extra request fields passed through as they are (e.g. ``{"top_k": 20}``)."""
-    concurrency: int = 32
+    concurrency: Annotated[int, Field(ge=1)] = 32
     """Most requests in flight per endpoint."""
     stream: bool = False
-    return_token_ids: bool = True
+    """Stream responses (SSE)."""
+    return_token_ids: Annotated[bool, cli("--token-ids/--no-token-ids")] = True
     """Ask for prompt/completion token ids (vLLM ``return_token_ids``); engines that ignore it are fine."""
-    shard_index: int = 0
-    shard_count: int = 1
-    order: str = "input"
+    shard_index: Annotated[int, cli(hidden=True)] = 0
+    shard_count: Annotated[int, cli(hidden=True)] = 1
+    order: Literal["input", "longest-first", "prefix"] = "input"
     """``input``, ``longest-first`` (long prompts start early, shorter tail) or ``prefix`` (shared
     prefixes adjacent, for prefix caching)."""
-    limit: int | None = None
+    limit: Annotated[int | None, Field(ge=1)] = None
     """Attempt at most this many samples this run (the rest count as remaining)."""
-    retry_failed: bool = True
+    retry_failed: Annotated[bool, cli("--retry-failed/--skip-failed")] = True
     """Retry samples listed in the failures file by an earlier run (False: count them as skipped)."""
-    max_retries: int = 5
+    max_retries: Annotated[int, Field(ge=0)] = 5
     """Retries per sample for 408/429/5xx/timeouts; connection errors get twice as many."""
     backoff_base_s: float = 0.5
     backoff_max_s: float = 30.0
-    request_timeout_s: float = 1800.0
-    health_interval_s: float = 10.0
+    request_timeout_s: Annotated[float, cli("--timeout")] = 1800.0
+    """Per-request timeout in seconds."""
+    health_interval_s: Annotated[float, cli("--health-interval")] = 10.0
+    """Seconds between endpoint health checks."""
     health_timeout_s: float = 5.0
     """An endpoint that does not answer ``/health`` within this is down (a hung engine): its
     in-flight requests are cancelled and requeued on the others."""
-    endpoint_wait_s: float = 600.0
+    endpoint_wait_s: Annotated[float, cli("--endpoint-wait")] = 600.0
     """How long to wait while no endpoint is healthy (at start or mid-run) before stopping."""
     guard: GuardConfig = field(default_factory=GuardConfig)
     progress: bool = True
-    api_key: str | None = None
+    api_key: Annotated[str | None, cli(envvar="OPENAI_API_KEY")] = None
+    """Bearer token, if the engine needs one."""
     fsync_interval_s: float = 1.0
 
     def validate(self) -> None:
@@ -520,6 +531,15 @@ async def agenerate(config: GenerateConfig, log: Callable[[str], None] | None = 
     """
     config.validate()
     require_output_dir(config.output_dir, "--output")
+    # One writer per shard of an output directory: two runs of one shard would duplicate rows, while
+    # different shards (other nodes) may share the directory.
+    tag = shard_tag(config.shard_index, config.shard_count)
+    with lock_directory(config.output_dir, f"generate shard {config.shard_index}/{config.shard_count}",
+                        lock_file=Path(config.output_dir) / f".draftsmith.{tag}.lock"):
+        return await _agenerate(config, log)
+
+
+async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) -> GenerateSummary:
     from rich.console import Console
 
     console = Console(stderr=True)

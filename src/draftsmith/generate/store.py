@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.io import write_json_atomic
 
 ROW_GLOB = "generated-*.jsonl"
 _ID_PREFIX = re.compile(r'\{"id": ("(?:[^"\\]|\\.)*"),')
@@ -212,10 +213,7 @@ class OutputStore:
 
     def write_summary(self, summary: dict[str, Any]) -> Path:
         path = self.directory / f"summary-{self.tag}.json"
-        temporary = path.with_suffix(".json.tmp")
-        temporary.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        os.replace(temporary, path)
-        return path
+        return write_json_atomic(path, summary)
 
     def close(self) -> None:
         self.sync()

@@ -17,6 +17,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.io import atomic_path, write_atomic
 from draftsmith.model.config import DFlashConfig
 from draftsmith.model.drafter import DFlashDraftModel
 
@@ -109,12 +110,9 @@ def save_drafter(model: DFlashDraftModel, path: str | os.PathLike, dtype: torch.
         scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
         config_dict["rope_scaling"] = scaling if scaling.get("rope_type", "default") != "default" else None
 
-    weights_tmp = out / f".{WEIGHTS_NAME}.tmp"
-    config_tmp = out / f".{CONFIG_NAME}.tmp"
-    save_file(state, str(weights_tmp), metadata={"format": "pt"})
-    config_tmp.write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
-    os.replace(weights_tmp, out / WEIGHTS_NAME)
-    os.replace(config_tmp, out / CONFIG_NAME)
+    with atomic_path(out / WEIGHTS_NAME) as weights_tmp:
+        save_file(state, str(weights_tmp), metadata={"format": "pt"})
+    write_atomic(out / CONFIG_NAME, json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
     return out
 
 

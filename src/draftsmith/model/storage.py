@@ -14,8 +14,8 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from draftsmith.core.errors import InputError
-from draftsmith.plan.jsonfile import read_json_file
-from draftsmith.plan.units import format_bytes, format_count
+from draftsmith.core.io import read_json_file
+from draftsmith.core.units import format_bytes, format_count
 
 DTYPE_BYTES: dict[str, int] = {
     "bfloat16": 2,

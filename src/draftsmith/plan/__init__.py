@@ -22,7 +22,7 @@ from draftsmith.plan.config import build_inputs, load_config_file
 from draftsmith.plan.distribution import LengthStats, load_lengths, summarize_lengths
 from draftsmith.plan.rates import RateCheck, RateMismatchError, RateSource, choose_rate, compare
 from draftsmith.model.storage import StorageEstimate, estimate_hidden_state_storage, read_model_shape
-from draftsmith.plan.units import Rate, parse_count, parse_duration, parse_rate, parse_size
+from draftsmith.core.units import Rate, parse_count, parse_duration, parse_rate, parse_size
 
 __all__ = [
     "BenchSummary",

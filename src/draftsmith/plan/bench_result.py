@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from draftsmith.core.errors import InputError
-from draftsmith.plan.jsonfile import read_json_file
+from draftsmith.core.io import read_json_file
 
 BENCH_KIND = "draftsmith.bench"
 BENCH_VERSION = 1

@@ -21,7 +21,7 @@ from draftsmith.plan.bench_result import BenchSummary, load_bench
 from draftsmith.plan.distribution import LengthStats, summarize_lengths
 from draftsmith.plan.rates import DEFAULT_RATE_TOLERANCE, RateCheck, RateSource, choose_rate
 from draftsmith.model.storage import StorageEstimate, estimate_hidden_state_storage, read_model_shape
-from draftsmith.plan.units import (
+from draftsmith.core.units import (
     format_duration,
     parse_count,
     parse_duration,

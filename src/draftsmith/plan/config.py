@@ -16,12 +16,10 @@ Relative paths in a file are relative to the file, so a plan file can live next 
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from draftsmith.core.config import read_config_file
 from draftsmith.core.errors import InputError
 from draftsmith.plan.bench_result import load_bench
 from draftsmith.plan.capacity import PlanInputs, validate_inputs
@@ -60,24 +58,7 @@ _PATH_FIELDS = {"output_lengths", "prompt_lengths", "bench", "model_config_path"
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Raw values from a YAML or TOML plan file, keyed by PlanInputs field, paths made absolute."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such config file")
-    text = path.read_text(encoding="utf-8")
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".toml":
-            data = tomllib.loads(text)
-        elif suffix in {".yaml", ".yml", ".json"}:
-            data = yaml.safe_load(text)
-        else:
-            raise InputError(f"{path}: unknown config format {suffix!r} (use .yaml, .yml or .toml)")
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise InputError(f"{path}: cannot parse ({first_line})") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a mapping of plan inputs at the top level")
+    data = read_config_file(path)
     if isinstance(data.get("plan"), dict) and len(data) == 1:
         data = data["plan"]  # allow a [plan] table / plan: section
     values: dict[str, Any] = {}

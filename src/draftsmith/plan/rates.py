@@ -14,7 +14,7 @@ import math
 from pydantic import BaseModel
 
 from draftsmith.core.errors import InputError
-from draftsmith.plan.units import (
+from draftsmith.core.units import (
     TIME_UNIT_SECONDS,
     Rate,
     format_count,

@@ -7,7 +7,7 @@ from rich.table import Table
 
 from draftsmith.plan.capacity import Plan
 from draftsmith.plan.distribution import LengthStats
-from draftsmith.plan.units import format_bytes, format_count, format_duration, format_tokens_per_s
+from draftsmith.core.units import format_bytes, format_count, format_duration, format_tokens_per_s
 
 
 def render_plan(plan: Plan, console: Console | None = None) -> None:

@@ -15,15 +15,18 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from draftsmith.core.config import cli
 from draftsmith.core.errors import DraftsmithError, InputError
 from draftsmith.core.paths import require_output_dir
+from draftsmith.core.io import write_json_atomic
+from draftsmith.core.lock import lock_directory
 from draftsmith.tokenize.masking import POLICY_REASONS, ChatMasker, MaskedRow, MaskerConfig, RowDropped
 from draftsmith.tokenize.readers import RawRecord, count_rows, expand_inputs, iter_records, normalize_row
-from draftsmith.tokenize.writer import SUMMARY_NAME, ShardWriter, prepare_output_dir, write_json_atomic, written_ids
+from draftsmith.tokenize.writer import SUMMARY_NAME, ShardWriter, prepare_output_dir, written_ids
 
 EXAMPLES_PER_REASON = 3
 # Give up early when a template cannot mask anything: no point tokenizing a million rows to drop them.
@@ -41,22 +44,32 @@ class TokenizeError(DraftsmithError):
 class TokenizeOptions(BaseModel):
     """How to tokenize; every field has a CLI flag of the same name."""
 
-    train_turns: Literal["final", "all"] = "final"
-    length_policy: Literal["drop", "keep"] = "drop"
-    max_length: int | None = Field(default=None, ge=2)
-    overflow: Literal["drop", "truncate"] = "drop"
-    verify_share: float = Field(default=1.0, ge=0.0, le=1.0)
-    use_engine_token_ids: bool = True
-    use_generation_markers: bool = True
-    end_of_turn_tokens: list[str] = Field(default_factory=list)
-    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
-    workers: int | None = Field(default=None, ge=1)
-    chunk_size: int = Field(default=256, ge=1)  # rows per task: larger amortizes the IPC per row
+    train_turns: Literal["final", "all"] = Field("final", description="assistant turns to train")
+    length_policy: Literal["drop", "keep"] = Field("drop", description="rows with finish_reason 'length'")
+    max_length: int | None = Field(default=None, ge=2, description="maximum tokens per row")
+    overflow: Literal["drop", "truncate"] = Field("drop", description="rows longer than --max-length")
+    verify_share: float = Field(default=1.0, ge=0.0, le=1.0, description="share of rows whose mask is verified by decoding")
+    use_engine_token_ids: Annotated[bool, cli("--engine-token-ids/--no-engine-token-ids")] = Field(
+        True, description="use prompt/completion token ids from the engine when present"
+    )
+    use_generation_markers: Annotated[bool, cli("--generation-markers/--no-generation-markers")] = Field(
+        True, description="use {% generation %} markers when the template has them"
+    )
+    end_of_turn_tokens: Annotated[list[str], cli("--end-of-turn", split=False)] = Field(
+        default_factory=list, description="extra end-of-turn token(s) besides the eos ids; repeatable"
+    )
+    chat_template_kwargs: Annotated[dict[str, Any], cli("--template-arg")] = Field(
+        default_factory=dict, description="chat template kwarg KEY=VALUE (JSON value); repeatable"
+    )
+    workers: int | None = Field(default=None, ge=1, description="worker processes (default: CPU count)")
+    chunk_size: int = Field(default=256, ge=1, description="rows per worker task (amortizes the IPC per row)")
     rows_per_shard: int = Field(default=10_000, ge=1)
-    overwrite: bool = False
-    resume: bool = False
-    max_error_share: float = Field(default=0.01, ge=0.0, le=1.0)
-    progress: bool = True
+    overwrite: bool = Field(False, description="replace shards an earlier run left in --out")
+    resume: bool = Field(False, description="keep shards an earlier run left in --out and skip their ids")
+    max_error_share: float = Field(
+        default=0.01, ge=0.0, le=1.0, description="fail when more than this share of rows cannot be masked"
+    )
+    progress: bool = Field(True, description="show a progress bar")
 
     def masker_config(self) -> MaskerConfig:
         return MaskerConfig(
@@ -70,6 +83,21 @@ class TokenizeOptions(BaseModel):
             end_of_turn_tokens=tuple(self.end_of_turn_tokens),
             chat_template_kwargs=tuple(sorted(self.chat_template_kwargs.items())),
         )
+
+
+class TokenizeConfig(TokenizeOptions):
+    """A whole `draftsmith tokenize` run: what to read, with which tokenizer, where to write, and how."""
+
+    inputs: Annotated[list[Path], cli(positional=True)] = Field(
+        description="conversation rows: JSONL/Parquet/Arrow files, dirs of them, or datasets dirs"
+    )
+    tokenizer: Annotated[str, cli("--tokenizer", "-t")] = Field(
+        description="target model or tokenizer dir (its chat template is used)"
+    )
+    out: Annotated[Path, cli("--out", "-o")] = Field(description="output directory for part-NNNNN.parquet shards")
+
+    def options(self) -> TokenizeOptions:
+        return TokenizeOptions.model_validate(self.model_dump(include=set(TokenizeOptions.model_fields)))
 
 
 class TokenizeSummary(BaseModel):
@@ -274,15 +302,27 @@ def tokenize_dataset(
 
     Raises `InputError` for malformed input (naming the file and line) and `TokenizeError` when
     more than `options.max_error_share` of the rows could not be masked correctly; the shards
-    and `tokenize_summary.json` are written either way.
+    and `tokenize_summary.json` are written either way. A second run on the same `output_dir`
+    while this one holds it is refused.
     """
+    require_output_dir(output_dir, "--out")
+    with lock_directory(output_dir, "tokenize"):
+        return _tokenize_dataset(inputs, tokenizer_path, output_dir, options)
+
+
+def _tokenize_dataset(
+    inputs: str | Path | Iterable[str | Path],
+    tokenizer_path: str | Path,
+    output_dir: str | Path,
+    options: TokenizeOptions | None,
+) -> TokenizeSummary:
     options = options or TokenizeOptions()
     if options.resume and options.overwrite:
         raise InputError("choose one of resume and overwrite")
     if isinstance(inputs, (str, Path)):
         inputs = [inputs]
     paths = expand_inputs(inputs)
-    output = require_output_dir(output_dir, "--out")
+    output = Path(output_dir)
     tokenizer_path = str(tokenizer_path)
     masker = ChatMasker.from_path(tokenizer_path, options.masker_config())  # a bad tokenizer fails here
     existing = prepare_output_dir(output, options.overwrite, options.resume)

@@ -7,16 +7,14 @@ the same way, last: a directory without it is an unfinished run.
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.io import atomic_path
 
 SHARD_PATTERN = "part-{index:05d}.parquet"
 SUMMARY_NAME = "tokenize_summary.json"
@@ -38,12 +36,6 @@ def _list_array(values: list[np.ndarray], dtype) -> pa.Array:
     np.cumsum(lengths, out=offsets[1:])
     flat = np.concatenate(values).astype(dtype, copy=False) if values else np.zeros(0, dtype=dtype)
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
-
-
-def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
-    os.replace(temporary, path)
 
 
 def prepare_output_dir(output_dir: Path, overwrite: bool, resume: bool = False) -> list[str]:
@@ -119,8 +111,7 @@ class ShardWriter:
             schema=SCHEMA,
         )
         name = SHARD_PATTERN.format(index=len(self.shards))
-        temporary = self.output_dir / f".{name}.tmp"
-        pq.write_table(table, temporary, compression="zstd")
-        os.replace(temporary, self.output_dir / name)
+        with atomic_path(self.output_dir / name) as temporary:
+            pq.write_table(table, temporary, compression="zstd")
         self.shards.append(name)
         self._ids, self._input_ids, self._loss_masks, self._finish_reasons = [], [], [], []

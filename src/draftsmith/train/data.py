@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.io import atomic_path
 
 
 @dataclass
@@ -159,8 +160,6 @@ def check_vocabulary(dataset: TokenizedDataset, vocab_size: int) -> None:
 
 def write_tokenized(rows: Iterable[dict[str, Any]], out_dir: str | Path, shard_rows: int = 10_000) -> list[Path]:
     """Write contract-2 Parquet shards (`part-00000.parquet`, ...) atomically; returns their paths."""
-    import os
-
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -183,9 +182,8 @@ def write_tokenized(rows: Iterable[dict[str, Any]], out_dir: str | Path, shard_r
             "finish_reason": [row.get("finish_reason") for row in buffer],
         }
         target = out_dir / SHARD_PATTERN.format(index=len(written))
-        partial = target.with_suffix(".parquet.partial")
-        pq.write_table(pa.table(columns, schema=SCHEMA), partial)
-        os.replace(partial, target)
+        with atomic_path(target) as partial:
+            pq.write_table(pa.table(columns, schema=SCHEMA), partial)
         written.append(target)
         buffer.clear()
 

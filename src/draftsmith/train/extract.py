@@ -13,7 +13,6 @@ shard, so an interrupted extract resumes at the first missing shard and never du
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -22,6 +21,9 @@ from pathlib import Path
 import torch
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.io import atomic_path, write_json_atomic
+from draftsmith.core.lock import lock_directory
+from draftsmith.train.config import ExtractConfig
 from draftsmith.train.data import TokenizedDataset, check_vocabulary, load_tokenized
 
 INDEX_NAME = "index.json"
@@ -29,14 +31,6 @@ FEATURES_KIND = "draftsmith.features"
 FEATURES_VERSION = 1
 SHARD_TARGET_BYTES = 1 << 30
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-
-
-def _dtype_name(name: str) -> str:
-    aliases = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "half": "float16", "float": "float32"}
-    name = aliases.get(name, name)
-    if name not in DTYPES:
-        raise InputError(f"unknown feature dtype {name!r}; use one of {', '.join(DTYPES)}")
-    return name
 
 
 def resolve_layer_ids(target_config, num_features: int, target_layer_ids: list[int] | None) -> list[int]:
@@ -79,12 +73,6 @@ class ExtractResult:
     extra: dict = field(default_factory=dict)
 
 
-def _write_json_atomic(path: Path, payload: dict) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(payload, indent=1))
-    os.replace(partial, path)
-
-
 def storage_estimate(hidden_size: int, num_layers: int, dataset: TokenizedDataset, dtype: str, out_dir: Path):
     from draftsmith.model.storage import estimate_hidden_state_storage
 
@@ -116,13 +104,26 @@ def extract_features(
     echo=print,
 ) -> ExtractResult:
     """Run the target over every sample and write its captured-layer features to shards."""
+    started = time.perf_counter()
+    # One validation of the settings (dtype spellings, bounds) for the CLI and the Python API alike.
+    settings = ExtractConfig(
+        target=target, data=data, out=out, num_features=num_features, target_layer_ids=target_layer_ids,
+        dtype=dtype, max_length=max_length, batch_size=batch_size, samples_per_shard=samples_per_shard,
+        device=device, force=force, progress=progress,
+    )
+    with lock_directory(settings.out, "extract"):
+        return _extract(settings, started, echo)
+
+
+def _extract(settings: ExtractConfig, started: float, echo) -> ExtractResult:
     from draftsmith.model import extract_target_features
     from draftsmith.train.distributed import resolve_device
     from draftsmith.train.target import load_target_config, load_target_model
 
-    started = time.perf_counter()
-    target, out = Path(target), Path(out)
-    dtype = _dtype_name(dtype)
+    target, out, dtype = settings.target, settings.out, settings.dtype
+    data, num_features, target_layer_ids = settings.data, settings.num_features, settings.target_layer_ids
+    max_length, batch_size, samples_per_shard = settings.max_length, settings.batch_size, settings.samples_per_shard
+    device, force, progress = settings.device, settings.force, settings.progress
     target_config = load_target_config(target)
     dataset = load_tokenized(data, max_length=max_length)
     check_vocabulary(dataset, target_config.vocab_size)
@@ -218,15 +219,14 @@ def extract_features(
             from safetensors.torch import save_file
 
             name = f"features-{shard_number:05d}.safetensors"
-            partial = out / (name + ".partial")
-            save_file(tensors, str(partial), metadata={"first": str(first), "count": str(len(samples))})
-            os.replace(partial, out / name)
+            with atomic_path(out / name) as partial:
+                save_file(tensors, str(partial), metadata={"first": str(first), "count": str(len(samples))})
             bytes_written += (out / name).stat().st_size
             shards.append({"file": name, "first": first, "count": len(samples), "ids": [s.id for s in samples]})
             shards.sort(key=lambda shard: shard["first"])
-            _write_json_atomic(index_path, {**header, "complete": len(shards) == total_shards, "shards": shards})
+            write_json_atomic(index_path, {**header, "complete": len(shards) == total_shards, "shards": shards})
     if not shards or len(shards) != total_shards:
-        _write_json_atomic(index_path, {**header, "complete": len(shards) == total_shards, "shards": shards})
+        write_json_atomic(index_path, {**header, "complete": len(shards) == total_shards, "shards": shards})
     echo(
         f"extracted {len(dataset)} samples, {dataset.total_tokens:,} tokens, layers {layer_ids} "
         f"into {out} ({bytes_written / 1e6:.1f} MB written, {skipped} shard(s) already present)"

@@ -19,26 +19,28 @@ and resume continues with exactly the micro-batches that would have come next.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-import os
 import random
 import shutil
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
+from draftsmith.core.config import torch_dtype
+from draftsmith.core.io import publish, write_json_atomic
+from draftsmith.core.lock import lock_directory
 from draftsmith.core.errors import InputError
 from draftsmith.core.paths import require_output_dir
 from draftsmith.train.anchors import anchor_generator, sample_anchors, valid_anchor_positions
 from draftsmith.train.blocks import BlockBatch, build_block_batch
 from draftsmith.train.checkpoints import CHECKPOINT_DIR, STATE_FILE, cut_log, newest_intact_checkpoint, numpy_rng_state, set_numpy_rng_state
+from draftsmith.train.config import TrainConfig
 from draftsmith.train.data import TokenizedDataset, check_vocabulary, load_tokenized
 from draftsmith.train.distributed import (
     DistributedContext,
@@ -53,45 +55,6 @@ from draftsmith.train.loss import default_gamma, dflash_loss_from_hidden, positi
 
 FINAL_DIR = "drafter"
 LOG_FILE = "train_log.jsonl"
-
-
-class TrainConfig(BaseModel):
-    """Everything a training run needs; the defaults are the paper's recipe."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    target: Path
-    data: Path
-    out: Path
-    offline_features: Path | None = Field(None, description="features directory from `draftsmith extract`")
-    block_size: int = Field(16, ge=2)
-    num_draft_layers: int = Field(5, ge=1)
-    target_layer_ids: list[int] | None = None
-    num_features: int = Field(5, ge=1, description="captured target layers when target_layer_ids is unset")
-    mask_token_id: int | None = Field(None, description="default: the tokenizer's <|MASK|>")
-    num_anchors: int = Field(512, ge=1, description="max blocks per sequence, resampled each epoch")
-    gamma: float | None = Field(None, gt=0, description="loss decay; default 7/5/4 for B=16/10/8")
-    max_length: int = Field(3072, ge=2)
-    epochs: int = Field(6, ge=1)
-    max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps")
-    lr: float = Field(6e-4, gt=0)
-    min_lr_ratio: float = Field(0.0, ge=0, le=1)
-    warmup_ratio: float = Field(0.04, ge=0, lt=1)
-    weight_decay: float = Field(0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.95)
-    grad_clip: float = Field(1.0, ge=0, description="0 disables clipping")
-    grad_accum: int = Field(1, ge=1)
-    batch_size: int = Field(1, ge=1, description="sequences per micro-batch per process")
-    dtype: Literal["auto", "fp32", "bf16"] = "auto"
-    gradient_checkpointing: bool = Field(False, description="recompute drafter layers in backward to save memory")
-    device: str = "auto"
-    num_threads: int | None = Field(None, ge=1, description="CPU threads per process (torch default if unset)")
-    seed: int = 0
-    save_every: int = Field(0, ge=0, description="checkpoint every N steps (0: at each epoch end)")
-    keep_checkpoints: int = Field(2, ge=1)
-    resume: bool = False
-    log_every: int = Field(10, ge=1)
-    progress: bool = True
 
 
 @dataclass
@@ -161,8 +124,8 @@ class DrafterTrainer:
         self.context = context
         self.device = context.device
         self.dataset = dataset
-        compute = config.dtype if config.dtype != "auto" else ("bf16" if self.device.type == "cuda" else "fp32")
-        self.autocast_dtype = torch.bfloat16 if compute == "bf16" else None
+        compute = config.dtype if config.dtype != "auto" else ("bfloat16" if self.device.type == "cuda" else "float32")
+        self.autocast_dtype = None if compute == "float32" else torch_dtype(compute)
         self.compute_dtype_name = compute
         target_config = load_target_config(config.target)
         check_vocabulary(dataset, target_config.vocab_size)
@@ -190,7 +153,7 @@ class DrafterTrainer:
         )
         self.layer_ids = list(self.drafter_config.target_layer_ids)
 
-        target_dtype = torch.bfloat16 if (compute == "bf16" and self.device.type == "cuda") else torch.float32
+        target_dtype = torch_dtype(compute) if (compute != "float32" and self.device.type == "cuda") else torch.float32
         if self.features is None:
             self.target = load_target_model(config.target, self.device, target_dtype)
             self.embed_tokens = self.target.get_input_embeddings()
@@ -320,7 +283,7 @@ def _save_checkpoint(trainer: DrafterTrainer, optimizer, scheduler, state: dict,
     )
     if final.exists():
         shutil.rmtree(final)
-    os.replace(partial, final)
+    publish(partial, final)
     finished = sorted(path for path in root.glob("step-*") if (path / STATE_FILE).exists())
     for old in finished[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
@@ -377,16 +340,19 @@ def train_drafter(config: TrainConfig) -> TrainResult:
 
     if config.num_threads is not None:
         torch.set_num_threads(config.num_threads)
+    require_output_dir(config.out, "--out")
     context = init_distributed(config.device)
     try:
-        return _train(config, context, save_drafter)
+        # Every rank of one run writes --out; only the main rank holds its lock against other runs.
+        with lock_directory(config.out, "train") if context.is_main else contextlib.nullcontext():
+            return _train(config, context, save_drafter)
     finally:
         shutdown(context)
 
 
 def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> TrainResult:
     started = time.perf_counter()
-    out_dir = require_output_dir(config.out, "--out")
+    out_dir = Path(config.out)
     dataset = load_tokenized(config.data, max_length=config.max_length)
     trainable = [index for index, sample in enumerate(dataset.samples) if valid_anchor_positions(torch.from_numpy(sample.loss_mask)).numel() > 0]
     if not trainable:
@@ -564,7 +530,7 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
         save_drafter(trainer.drafter, partial)
         if drafter_dir.exists():
             shutil.rmtree(drafter_dir)
-        os.replace(partial, drafter_dir)
+        publish(partial, drafter_dir)
     barrier(context)
     elapsed = time.perf_counter() - started
     if counted.sum() > 0:
@@ -589,7 +555,5 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
     if context.is_main:
         summary = result.to_dict()
         summary["losses"] = [list(item) for item in losses]
-        partial = out_dir / "train_summary.json.partial"
-        partial.write_text(json.dumps(summary, indent=1))
-        os.replace(partial, out_dir / "train_summary.json")
+        write_json_atomic(out_dir / "train_summary.json", summary, indent=1)
     return result

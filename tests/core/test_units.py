@@ -1,7 +1,7 @@
 import pytest
 
 from draftsmith.core.errors import InputError
-from draftsmith.plan.units import (
+from draftsmith.core.units import (
     format_bytes,
     format_count,
     format_duration,

@@ -1,0 +1,73 @@
+"""The settings of `draftsmith train` and `draftsmith extract`: the CLI options come from these.
+
+Kept free of torch so that building the command line stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from draftsmith.core.config import DType, StorageDType, cli
+
+
+class TrainConfig(BaseModel):
+    """Everything a training run needs; the defaults are the paper's recipe."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: Path = Field(description="target model directory (Hugging Face format)")
+    data: Path = Field(description="tokenized dataset (Parquet shards with input_ids/loss_mask)")
+    out: Path = Field(description="output directory: checkpoints/, drafter/, train_log.jsonl")
+    offline_features: Annotated[Path | None, cli("--offline")] = Field(
+        None, description="features directory from `draftsmith extract` (offline training)"
+    )
+    block_size: int = Field(16, ge=2)
+    num_draft_layers: Annotated[int, cli("--draft-layers")] = Field(5, ge=1, description="drafter decoder layers")
+    target_layer_ids: list[int] | None = Field(None, description="target layers to capture (default: spread)")
+    num_features: int = Field(5, ge=1, description="captured target layers when target_layer_ids is unset")
+    mask_token_id: int | None = Field(None, description="default: the tokenizer's <|MASK|>")
+    num_anchors: int = Field(512, ge=1, description="max blocks per sequence, resampled each epoch")
+    gamma: float | None = Field(None, gt=0, description="loss decay; default 7/5/4 for B=16/10/8")
+    max_length: int = Field(3072, ge=2)
+    epochs: int = Field(6, ge=1)
+    max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps")
+    lr: float = Field(6e-4, gt=0)
+    min_lr_ratio: float = Field(0.0, ge=0, le=1)
+    warmup_ratio: float = Field(0.04, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = Field(1.0, ge=0, description="0 disables clipping")
+    grad_accum: int = Field(1, ge=1)
+    batch_size: int = Field(1, ge=1, description="sequences per micro-batch per process")
+    dtype: DType = Field("auto", description="auto (bf16 on CUDA, fp32 on CPU), fp32, bf16 or fp16")
+    gradient_checkpointing: bool = Field(False, description="recompute drafter layers in backward to save memory")
+    device: str = "auto"
+    num_threads: Annotated[int | None, cli("--threads")] = Field(None, ge=1, description="CPU threads per process (torch default if unset)")
+    seed: int = 0
+    save_every: int = Field(0, ge=0, description="checkpoint every N steps (0: at each epoch end)")
+    keep_checkpoints: int = Field(2, ge=1)
+    resume: bool = Field(False, description="continue from the latest checkpoint in --out")
+    log_every: int = Field(10, ge=1)
+    progress: bool = Field(True, description="show a progress bar (otherwise log lines)")
+
+
+class ExtractConfig(BaseModel):
+    """What `draftsmith extract` dumps: the target's captured-layer features of a tokenized set."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: Path = Field(description="target model directory (Hugging Face format)")
+    data: Path = Field(description="tokenized dataset")
+    out: Path = Field(description="features directory to write (resumable)")
+    num_features: int = Field(5, ge=1, description="captured target layers when --target-layer-ids is unset")
+    target_layer_ids: list[int] | None = Field(None, description="target layers to capture")
+    dtype: StorageDType = Field("bfloat16", description="storage dtype: bf16, fp16 or fp32")
+    max_length: int = Field(3072, ge=2, description="truncate like `train --max-length`")
+    batch_size: int = Field(8, ge=1)
+    samples_per_shard: int | None = Field(None, ge=1, description="samples per shard (default: about 1 GiB per shard)")
+    device: str = "auto"
+    force: bool = Field(False, description="extract even if the estimate exceeds free disk")
+    progress: bool = True
