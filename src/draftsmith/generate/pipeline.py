@@ -26,6 +26,7 @@ from pydantic.dataclasses import dataclass as config_dataclass
 
 from draftsmith.core.config import cli
 from draftsmith.core.errors import DraftsmithError, InputError
+from draftsmith.core.manifest import check_manifest
 from draftsmith.core.paths import require_output_dir
 from draftsmith.core.redact import redact
 from draftsmith.core.lock import lock_directory
@@ -107,6 +108,13 @@ class GenerateConfig:
     api_key: Annotated[str | None, cli(envvar="OPENAI_API_KEY")] = None
     """Bearer token, if the engine needs one."""
     fsync_interval_s: float = 1.0
+    force_resume: bool = False
+    """Resume into an output written with other settings (model, sampling, template kwargs, max tokens)."""
+
+    def output_settings(self, model: str) -> dict[str, Any]:
+        """What shapes the rows: a resume with other values would mix two datasets in one directory."""
+        return {"model": model, "max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p,
+                "seed": self.seed, "chat_template_kwargs": self.chat_template_kwargs, "extra_body": self.extra_body}
 
     def validate(self) -> None:
         if not self.endpoints:
@@ -599,6 +607,7 @@ async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) 
                            log=log)
         await _wait_for_endpoints(probe, config.endpoint_wait_s, log)
         model = config.model or await _discover_model(client, probe)
+        check_manifest(store.directory, "generate", config.output_settings(model), force=config.force_resume, log=log)
         run = _Run(config, client, store, model, progress, guard, log)
         for fresh, checked in zip(run.dispatcher.endpoints, probe.endpoints):
             fresh.healthy, fresh.last_error = checked.healthy, checked.last_error
