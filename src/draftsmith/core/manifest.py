@@ -119,3 +119,24 @@ def tokenizer_fingerprint(path: str | os.PathLike) -> str:
                 for block in iter(lambda: handle.read(1 << 20), b""):
                     digest.update(block)
     return "sha256:" + digest.hexdigest()[:32] if found else f"dir:{directory.resolve()}"
+
+
+def set_complete(directory: str | os.PathLike, complete: bool) -> None:
+    """Mark the run recorded in the manifest finished (or, at the start of a resume, not yet)."""
+    path = Path(directory) / MANIFEST_NAME
+    manifest = read_json_file(path, "run manifest")
+    if manifest.get("complete") != complete:
+        write_json_atomic(path, {**manifest, "complete": complete})
+
+
+def require_complete(directory: str | os.PathLike, what: str, rerun: str) -> None:
+    """Refuse an output whose manifest says its run never finished (killed or still running)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return
+    manifest = read_manifest(directory)
+    if manifest is not None and manifest.get("complete") is False:
+        raise InputError(
+            f"{directory}: {what} is incomplete: the `{manifest.get('stage')}` run that writes it did not finish "
+            f"(no summary); {rerun}"
+        )

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from draftsmith.core.config import cli
 from draftsmith.core.errors import DraftsmithError, InputError
+from draftsmith.core.manifest import MANIFEST_NAME, check_manifest, set_complete, tokenizer_fingerprint
 from draftsmith.core.paths import require_output_dir
 from draftsmith.core.io import write_json_atomic
 from draftsmith.core.lock import lock_directory
@@ -70,6 +71,13 @@ class TokenizeOptions(BaseModel):
         default=0.01, ge=0.0, le=1.0, description="fail when more than this share of rows cannot be masked"
     )
     progress: bool = Field(True, description="show a progress bar")
+    force_resume: bool = Field(False, description="resume into --out although it was written with other settings")
+
+    def output_settings(self) -> dict[str, Any]:
+        """The options that shape the rows (a resume with others would mix two datasets)."""
+        keys = ("train_turns", "length_policy", "max_length", "overflow", "use_engine_token_ids",
+                "use_generation_markers", "end_of_turn_tokens", "chat_template_kwargs")  # fmt: skip
+        return self.model_dump(mode="json", include=set(keys))
 
     def masker_config(self) -> MaskerConfig:
         return MaskerConfig(
@@ -326,6 +334,11 @@ def _tokenize_dataset(
     tokenizer_path = str(tokenizer_path)
     masker = ChatMasker.from_path(tokenizer_path, options.masker_config())  # a bad tokenizer fails here
     existing = prepare_output_dir(output, options.overwrite, options.resume)
+    if not existing:  # nothing kept from an earlier run: its settings do not matter
+        (output / MANIFEST_NAME).unlink(missing_ok=True)
+    settings = {"tokenizer": tokenizer_fingerprint(tokenizer_path), **options.output_settings()}
+    check_manifest(output, "tokenize", settings, force=options.force_resume)
+    set_complete(output, False)  # until the summary is written; train refuses the shards before
     skip_ids = frozenset(written_ids(output, existing))
     workers = options.workers or max(1, min(os.cpu_count() or 1, 8))
 
@@ -403,6 +416,7 @@ def _finish(summary: TokenizeSummary, writer: ShardWriter, by_method: Counter, s
     summary.elapsed_s = round(time.perf_counter() - started, 3)
     summary.samples_per_s = round(summary.input_rows / summary.elapsed_s, 1) if summary.elapsed_s else 0.0
     write_json_atomic(output / SUMMARY_NAME, summary.to_dict())
+    set_complete(output, True)
 
 
 def _error_message(summary: TokenizeSummary, early: bool) -> str:

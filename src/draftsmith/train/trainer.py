@@ -36,6 +36,7 @@ from draftsmith.core.config import torch_dtype
 from draftsmith.core.io import publish, write_json_atomic
 from draftsmith.core.lock import lock_directory
 from draftsmith.core.errors import InputError
+from draftsmith.core.manifest import require_complete
 from draftsmith.core.paths import require_output_dir
 from draftsmith.train.anchors import anchor_generator, sample_anchors, valid_anchor_positions
 from draftsmith.train.blocks import BlockBatch, build_block_batch
@@ -353,6 +354,7 @@ def train_drafter(config: TrainConfig) -> TrainResult:
 def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> TrainResult:
     started = time.perf_counter()
     out_dir = Path(config.out)
+    require_complete(config.data, "the tokenized set", "rerun `draftsmith tokenize --resume` to finish it")
     dataset = load_tokenized(config.data, max_length=config.max_length)
     trainable = [index for index, sample in enumerate(dataset.samples) if valid_anchor_positions(torch.from_numpy(sample.loss_mask)).numel() > 0]
     if not trainable:
