@@ -304,3 +304,15 @@ def test_manifest_refuses_a_resume_with_other_settings_and_train_refuses_a_stopp
     finished = tokenize_dataset(source, tiny_target_dir, out, options.model_copy(update={"resume": True}))
     assert finished.previously_written > 0 and finished.previously_written + finished.written == 30
     assert read_manifest(out)["complete"] is True
+
+
+def test_a_row_over_max_row_bytes_is_dropped_unread_and_counted(tmp_path, tiny_target_dir):
+    rows = list(synthetic_conversations(6, seed=8))
+    huge = dict(rows[2], id="huge")
+    huge["messages"] = [{"role": "user", "content": "x" * 3_000_000}, rows[2]["messages"][-1]]
+    source = write_jsonl(tmp_path / "rows.jsonl", rows[:3] + [huge] + rows[3:])
+    options = TokenizeOptions(workers=1, progress=False, max_row_bytes=1_000_000)
+    summary = tokenize_dataset(source, tiny_target_dir, tmp_path / "out", options)
+    assert summary.written == 6 and summary.dropped == {"row_too_large": 1} and summary.errors == 0
+    assert summary.examples["row_too_large"][0].startswith(f"{source}:4 (?): 3,000,")
+    assert TokenizeOptions().max_row_bytes == 16 * 1024 * 1024  # on by default

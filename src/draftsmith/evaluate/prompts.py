@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.lines import iter_lines
 
 _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 
@@ -36,14 +37,11 @@ def _rows(path: Path):
             raise InputError(f"{path}: expected a JSON list of prompt rows")
         yield from enumerate(data, start=1)
         return
-    with path.open() as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield line_number, json.loads(line)
-            except json.JSONDecodeError as error:
-                raise InputError(f"{path}:{line_number}: invalid JSON: {error.msg}") from error
+    for line_number, line in iter_lines(path):
+        try:
+            yield line_number, json.loads(line)
+        except json.JSONDecodeError as error:
+            raise InputError(f"{path}:{line_number}: invalid JSON: {error.msg}") from error
 
 
 def _prompt_messages(messages: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:

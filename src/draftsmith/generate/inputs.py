@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.lines import iter_lines
 
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
                   "system": "system", "tool": "tool", "function_call": "assistant", "observation": "tool"}
@@ -101,16 +102,13 @@ def sample_from_row(row: dict[str, Any], where: str) -> PromptSample:
 
 
 def _iter_jsonl(path: Path) -> Iterator[PromptSample]:
-    with path.open("r", encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise InputError(f"{where}: invalid JSON ({error.msg} at column {error.colno})") from None
-            yield sample_from_row(row, where)
+    for number, line in iter_lines(path):
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise InputError(f"{where}: invalid JSON ({error.msg} at column {error.colno})") from None
+        yield sample_from_row(row, where)
 
 
 def _iter_rows(rows: Any, label: str) -> Iterator[PromptSample]:

@@ -66,7 +66,7 @@ GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
 PROBE_CONTENTS = ("A", "B")
 
 # Drop reasons. Policy drops are choices the user made; the others are data or template problems.
-POLICY_REASONS = frozenset({"finish_reason_length", "overflow", "truncated_no_trainable", "duplicate_id"})
+POLICY_REASONS = frozenset({"finish_reason_length", "overflow", "truncated_no_trainable", "duplicate_id", "row_too_large"})
 
 
 def wrote_think_block(message: dict[str, Any]) -> bool:

@@ -30,6 +30,9 @@ from draftsmith.tokenize.readers import RawRecord, count_rows, expand_inputs, it
 from draftsmith.tokenize.writer import SUMMARY_NAME, ShardWriter, prepare_output_dir, written_ids
 
 EXAMPLES_PER_REASON = 3
+# A row this long is not a training sample but a mistake (a whole file pasted into a turn), and
+# tokenizing it with offsets costs ~200x its size in memory: 50 MB took 10 GB.
+DEFAULT_MAX_ROW_BYTES = 16 * 1024 * 1024
 # Give up early when a template cannot mask anything: no point tokenizing a million rows to drop them.
 FAIL_FAST_ROWS = 256
 
@@ -72,6 +75,9 @@ class TokenizeOptions(BaseModel):
     )
     progress: bool = Field(True, description="show a progress bar")
     force_resume: bool = Field(False, description="resume into --out although it was written with other settings")
+    max_row_bytes: int | None = Field(
+        DEFAULT_MAX_ROW_BYTES, ge=1, description="JSONL rows longer than this are dropped unread (counted as row_too_large)"
+    )
 
     def output_settings(self) -> dict[str, Any]:
         """The options that shape the rows (a resume with others would mix two datasets)."""
@@ -207,6 +213,9 @@ def process_chunk(
     assert masker is not None, "process_chunk needs a masker (workers get one from _init_worker)"
     result = ChunkResult()
     for record in records:
+        if record.oversized is not None:
+            result.drops.append(("row_too_large", "?", record.where, f"{record.oversized:,} bytes"))
+            continue
         row = normalize_row(record)  # InputError propagates: malformed input stops the run
         if row["id"] in skip_ids:
             result.skipped += 1
@@ -370,7 +379,7 @@ def _tokenize_dataset(
             stack.callback(pool.shutdown, wait=True, cancel_futures=True)
         progress = stack.enter_context(_progress(options.progress, total))
         task = progress.add_task("", total=total)
-        chunks = _chunked(iter_records(paths), options.chunk_size)
+        chunks = _chunked(iter_records(paths, options.max_row_bytes), options.chunk_size)
         for result in _run_chunks(chunks, pool, masker, workers, skip_ids):
             summary.skipped_already_written += result.skipped
             for reason, row_id, where, detail in result.drops:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.lines import OversizedLine, iter_lines
 from draftsmith.generate.store import generated_row_files
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
@@ -47,6 +48,7 @@ class RawRecord:
     where: str
     line: str | None = None
     row: dict[str, Any] | None = None
+    oversized: int | None = None  # bytes of a line over the row-size limit (never read whole)
 
 
 def _suffix(path: Path) -> str:
@@ -100,11 +102,12 @@ def _open_text(path: Path):
     return path.open("r", encoding="utf-8")
 
 
-def _iter_jsonl(path: Path) -> Iterator[RawRecord]:
-    with _open_text(path) as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                yield RawRecord(where=f"{path}:{number}", line=line)
+def _iter_jsonl(path: Path, max_row_bytes: int | None = None) -> Iterator[RawRecord]:
+    for number, line in iter_lines(path, max_row_bytes):
+        if isinstance(line, OversizedLine):
+            yield RawRecord(where=f"{path}:{number}", oversized=line.size)
+        else:
+            yield RawRecord(where=f"{path}:{number}", line=line)
 
 
 def _iter_table_batches(batches: Iterable[Any], label: str) -> Iterator[RawRecord]:
@@ -161,8 +164,9 @@ def _iter_datasets_dir(path: Path) -> Iterator[RawRecord]:
         yield from _iter_table_batches(dataset.data.to_batches(max_chunksize=BATCH_ROWS), label)
 
 
-def iter_records(paths: Iterable[Path]) -> Iterator[RawRecord]:
-    """Stream the raw rows of every input, file after file."""
+def iter_records(paths: Iterable[Path], max_row_bytes: int | None = None) -> Iterator[RawRecord]:
+    """Stream the raw rows of every input, file after file (JSONL lines over `max_row_bytes` are
+    measured and skipped unread)."""
     for path in paths:
         if path.is_dir():
             yield from _iter_datasets_dir(path)
@@ -171,7 +175,7 @@ def iter_records(paths: Iterable[Path]) -> Iterator[RawRecord]:
         elif _suffix(path) in ARROW_SUFFIXES:
             yield from _iter_arrow(path)
         else:
-            yield from _iter_jsonl(path)
+            yield from _iter_jsonl(path, max_row_bytes)
 
 
 def count_rows(paths: Iterable[Path]) -> int:
@@ -187,7 +191,8 @@ def count_rows(paths: Iterable[Path]) -> int:
         elif _suffix(path) in ARROW_SUFFIXES:
             total += sum(batch.num_rows for batch in _open_arrow(path))
         else:
-            with _open_text(path) as handle:
+            # Bytes: a count must not fail on (or decode) what the reader reports line by line.
+            with gzip.open(path, "rb") if path.name.lower().endswith(".gz") else path.open("rb") as handle:
                 total += sum(1 for line in handle if line.strip())
     return total
 
