@@ -61,6 +61,12 @@ def _prompt_messages(messages: list[dict[str, Any]], where: str) -> list[dict[st
 def prompt_from_row(row: dict[str, Any], where: str, default_id: str) -> Prompt:
     """One prompt row (`messages`, ShareGPT `conversations`, or `prompt`/`text`) as a `Prompt`."""
     row_id = str(row.get("id", default_id))
+    for key in ("messages", "conversations"):
+        value = row.get(key)
+        if hasattr(value, "tolist"):  # a Parquet list column
+            value = row[key] = value.tolist()
+        if value is not None and not (isinstance(value, list) and all(isinstance(turn, dict) for turn in value)):
+            raise InputError(f"{where}: `{key}` must be a list of message objects, got {type(value).__name__} {value!r:.40}")
     if row.get("messages") is not None:
         return Prompt(row_id, messages=_prompt_messages(list(row["messages"]), where))
     if row.get("conversations") is not None:

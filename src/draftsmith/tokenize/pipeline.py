@@ -277,6 +277,16 @@ def _run_chunks(
         yield pending.popleft().result()
 
 
+@contextlib.contextmanager
+def _erase_on_error(progress):
+    """A run that fails leaves its one error line on stderr, not a half-drawn bar above it."""
+    try:
+        yield
+    except BaseException:
+        progress.live.transient = True
+        raise
+
+
 def _progress(enabled: bool, total: int | None):
     from rich.console import Console
     from rich.progress import (
@@ -378,6 +388,7 @@ def _tokenize_dataset(
         if pool is not None:
             stack.callback(pool.shutdown, wait=True, cancel_futures=True)
         progress = stack.enter_context(_progress(options.progress, total))
+        stack.enter_context(_erase_on_error(progress))
         task = progress.add_task("", total=total)
         chunks = _chunked(iter_records(paths, options.max_row_bytes), options.chunk_size)
         for result in _run_chunks(chunks, pool, masker, workers, skip_ids):

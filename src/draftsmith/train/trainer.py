@@ -361,6 +361,10 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
         raise InputError(f"{config.data}: no sample has two consecutive loss-mask tokens, nothing to train on")
     if not config.resume and latest_checkpoint(out_dir) is not None:
         raise InputError(f"{out_dir}: holds checkpoints already; pass --resume to continue or use a new --out")
+    # Before the target loads: a run with no usable checkpoint is told so at once.
+    found = newest_intact_checkpoint(out_dir) if config.resume else None
+    if found is not None:
+        _check_resume_config(found[1]["config"], config, found[0])
     trainer = DrafterTrainer(config, context, dataset)
     drafter = trainer.drafter
     if context.enabled:
@@ -393,10 +397,8 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
     resumed_from = None
     losses: list[tuple[int, float]] = []
     if config.resume:
-        found = newest_intact_checkpoint(out_dir)
         if found is not None:
             checkpoint, saved = found
-            _check_resume_config(saved["config"], config, checkpoint)
             trainer.drafter.load_state_dict(saved["drafter_state"])
             optimizer.load_state_dict(saved["optimizer"])
             scheduler.load_state_dict(saved["scheduler"])
