@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from draftsmith.data.tokenized import SCHEMA
 from draftsmith.tiny import synthetic_conversations
 
 BOILERPLATE = "Okay."  # with <|im_end|>: exactly 6 trainable tokens under the tiny tokenizer
@@ -64,16 +65,7 @@ def tokenized_rows(tokenizer, count: int, *, boilerplate_share: float = 0.0, see
     return rows
 
 
-TOKENIZED_SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("input_ids", pa.list_(pa.int32())),
-        ("loss_mask", pa.list_(pa.int8())),
-        ("num_tokens", pa.int32()),
-        ("num_trainable", pa.int32()),
-        ("finish_reason", pa.string()),
-    ]
-)
+TOKENIZED_SCHEMA = SCHEMA  # contract 2, from its one owner
 
 
 def write_shards(rows, directory: Path, shard_rows: int = 64) -> Path:

@@ -76,7 +76,7 @@ def test_unusable_input_exits_two(capsys, tmp_path):
     assert code == 2 and "missing.parquet: no such file or directory" in err
     (tmp_path / "notes.txt").write_text("hello")
     code, _, err = run(capsys, tmp_path / "notes.txt", "--kind", "tokenized")
-    assert code == 2 and "must be Parquet or Arrow" in err
+    assert code == 2 and "notes.txt: unknown input format (expected .parquet, .arrow" in err
 
 
 def test_console_script_in_a_subprocess(boilerplate_dir):

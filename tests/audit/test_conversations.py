@@ -83,10 +83,10 @@ def test_malformed_lines_are_reported_and_counted(tmp_path):
     assert report.samples == 64
     assert report.bad_samples == 4
     assert report.audited_samples == 60
-    assert report.errors[0].startswith(f"{path}:5: bad JSON")
-    assert report.errors[1] == f"{path}:11: no 'messages' or 'conversations' field"
+    assert report.errors[0].startswith(f"{path}:5: invalid JSON")
+    assert report.errors[1] == f"{path}:11: row has neither 'messages' nor 'conversations'"
     assert report.errors[2] == f"{path}:21: expected a JSON object, got list"
-    assert report.errors[3] == f"{path}:31 (id no-answer): no assistant message to audit"
+    assert report.errors[3] == f"{path}:31: row 'no-answer' has no assistant turn"
     assert [gate.name for gate in report.failed_gates] == ["bad_samples"]
     assert audit_conversations(path, thresholds={"bad_samples": 0.1}).passed
 

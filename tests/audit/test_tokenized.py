@@ -248,7 +248,7 @@ def test_unusable_inputs_raise_input_error(tmp_path):
         audit_tokenized(tmp_path / "missing")
     table = pa.table({"id": ["a"], "text": ["hello"]})
     pq.write_table(table, tmp_path / "wrong.parquet")
-    with pytest.raises(InputError, match="missing input_ids, loss_mask"):
+    with pytest.raises(InputError, match=r"missing column\(s\) input_ids, loss_mask"):
         audit_tokenized(tmp_path / "wrong.parquet")
 
 

@@ -7,6 +7,7 @@ import torch
 
 from draftsmith.cli import main
 from draftsmith.core.errors import InputError
+from draftsmith.data.conversation import content_hash_id
 from draftsmith.evaluate import (
     LosslessnessError,
     evaluate_drafter,
@@ -168,14 +169,17 @@ def test_read_prompts_formats_and_errors(tmp_path):
         + "\n"
     )
     prompts = read_prompts(path)
-    assert [p.id for p in prompts] == ["a", "2", "3"]
+    # One id rule everywhere: the row's id, else a hash of the prompt (never the line number).
+    assert [p.id for p in prompts] == [
+        "a", content_hash_id([{"role": "user", "content": "yo"}]), content_hash_id([{"role": "user", "content": "raw text"}])
+    ]
     assert prompts[0].messages == [{"role": "user", "content": "hi"}]
     assert prompts[1].messages == [{"role": "user", "content": "yo"}] and prompts[2].text == "raw text"
     path.write_text(json.dumps({"prompt": "ok"}) + "\n{broken\n")
     with pytest.raises(InputError, match=r"p.jsonl:2: invalid JSON"):
         read_prompts(path)
     path.write_text(json.dumps({"foo": 1}) + "\n")
-    with pytest.raises(InputError, match=r"p.jsonl:1: a prompt row needs"):
+    with pytest.raises(InputError, match=r"p.jsonl:1: row has neither 'messages' nor 'conversations'"):
         read_prompts(path)
 
 

@@ -10,7 +10,9 @@ import pytest
 
 from draftsmith.core.errors import InputError
 from draftsmith.generate.guard import GuardConfig, QualityGuard
-from draftsmith.generate.inputs import content_hash_id, load_prompts, shard_of
+from draftsmith.data.conversation import content_hash_id
+from draftsmith.data.prompts import load_prompts
+from draftsmith.generate.inputs import shard_of
 from draftsmith.data.reasoning import extract_reasoning, split_think
 from draftsmith.generate.store import OutputStore, scan_done_ids
 
@@ -55,7 +57,7 @@ def test_content_hash_is_stable_and_duplicates_are_counted(tmp_path):
     [
         ("{bad json", "invalid JSON"),
         (json.dumps({"text": "x"}), "neither 'messages' nor 'conversations'"),
-        (json.dumps({"messages": [{"role": "wizard", "content": "x"}]}), "unknown role 'wizard'"),
+        (json.dumps({"messages": [{"role": "wizard", "content": "x"}]}), "unknown speaker 'wizard'"),
         (json.dumps({"messages": [{"role": "system", "content": "x"}]}), "must end with a user"),
     ],
 )
@@ -163,7 +165,7 @@ def test_guard_checks_each_signal():
 
 
 def test_orders():
-    from draftsmith.generate.inputs import PromptSample
+    from draftsmith.data.prompts import PromptSample
     from draftsmith.generate.pipeline import _order
 
     def sample(i, system, user):

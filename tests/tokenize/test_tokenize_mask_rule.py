@@ -20,8 +20,9 @@ import pytest
 
 from draftsmith.client.chat import parse_chat_response
 from draftsmith.data.reasoning import THINK_CLOSE, THINK_OPEN
+from draftsmith.data.sources import Record
 from draftsmith.tokenize.masking import ChatMasker, MaskerConfig, RowDropped
-from draftsmith.tokenize.readers import RawRecord, normalize_row
+from draftsmith.tokenize.pipeline import masker_row
 
 USER = {"role": "user", "content": "Reverse the word tiger."}
 EARLIER = [
@@ -71,7 +72,7 @@ def generated_row(prompt_messages, body):
 
 def both_ways(tokenizer, tiny_target_dir, row, template_kwargs):
     config = dict(length_policy="keep", chat_template_kwargs=tuple(sorted(template_kwargs.items())))
-    normalized = normalize_row(RawRecord("generated.jsonl:1", row=row))
+    normalized = masker_row(Record("generated.jsonl:1", row=row))
     by_ids = ChatMasker(tokenizer, MaskerConfig(**config), tiny_target_dir).build(normalized)
     template_config = MaskerConfig(use_engine_token_ids=False, **config)
     by_template = ChatMasker(tokenizer, template_config, tiny_target_dir).build(normalized)
@@ -117,7 +118,7 @@ def test_engine_ids_and_template_give_the_same_row(tiny_tokenizer, tiny_target_d
 def test_an_empty_answer_is_dropped_on_both_paths(tiny_tokenizer, tiny_target_dir, completion):
     prompt_text = tiny_tokenizer.apply_chat_template([USER], tokenize=False, add_generation_prompt=True)
     row = generated_row([USER], engine_body(tiny_tokenizer, prompt_text, completion, "stop", "parser"))
-    normalized = normalize_row(RawRecord("generated.jsonl:1", row=row))
+    normalized = masker_row(Record("generated.jsonl:1", row=row))
     for use_ids in (True, False):
         with pytest.raises(RowDropped) as caught:
             ChatMasker(tiny_tokenizer, MaskerConfig(use_engine_token_ids=use_ids), tiny_target_dir).build(normalized)
@@ -129,7 +130,7 @@ def test_template_inserted_block_is_not_trained_on_either_path(tiny_tokenizer, t
     # final turn that nobody wrote. Its engine-id equivalent is a thinking-off generation.
     messages = [USER, {"role": "assistant", "content": ANSWER}]
     masker = ChatMasker(tiny_tokenizer, MaskerConfig(), tiny_target_dir)
-    built = masker.build(normalize_row(RawRecord("data.jsonl:1", row={"id": "r1", "messages": messages})))
+    built = masker.build(masker_row(Record("data.jsonl:1", row={"id": "r1", "messages": messages})))
     assert trained(tiny_tokenizer, built) == ANSWER + EOT
     prompt_text = tiny_tokenizer.apply_chat_template(
         [USER], tokenize=False, add_generation_prompt=True, enable_thinking=False

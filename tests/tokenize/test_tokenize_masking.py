@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from draftsmith.data.sources import Record
 from draftsmith.tokenize.masking import RowDropped
-from draftsmith.tokenize.readers import RawRecord, normalize_row
+from draftsmith.tokenize.pipeline import masker_row
 from tokenize_helpers import CHATML_TEMPLATE, generation_marker_template, tokenizer_with_template, tool_call_template
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
@@ -16,7 +17,7 @@ ANSWER = "The reversed word is regit."
 
 
 def row(messages, **extra):
-    return normalize_row(RawRecord("test.jsonl:1", row={"id": "r1", "messages": messages, **extra}))
+    return masker_row(Record("test.jsonl:1", row={"id": "r1", "messages": messages, **extra}))
 
 
 def assistant(content=ANSWER, reasoning=REASONING):
@@ -391,3 +392,21 @@ def test_end_of_turn_from_generation_config_or_option(tmp_path, tiny_target_dir,
         assert trained_text(masker, built) == f"{ANSWER}<|endoftext|>"
     with pytest.raises(InputError, match="not in the tokenizer"):
         ChatMasker(tokenizer, MaskerConfig(end_of_turn_tokens=("<|nope|>",)), tiny_target_dir)
+
+
+def test_row_tools_reach_the_chat_template(make_masker, tiny_target_dir):
+    from draftsmith.tiny import chat_template
+
+    tools_header = (
+        '{%- if tools -%}{{- "<|im_start|>system\\n# Tools\\n" -}}'
+        '{%- for tool in tools -%}{{- tool.function.name + "\\n" -}}{%- endfor -%}'
+        '{{- "<|im_end|>\\n" -}}{%- endif -%}'
+    )
+    masker = make_masker(tokenizer_with_template(tiny_target_dir, tools_header + chat_template()))
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    built = masker.build(row([USER, assistant()], tools=[tool]))
+    text = masker.tokenizer.decode(built.input_ids.tolist(), skip_special_tokens=False)
+    assert text.startswith("<|im_start|>system\n# Tools\nget_weather\n")
+    assert "get_weather" not in trained_text(masker, built) and built.verified
+    plain = masker.build(row([USER, assistant()]))
+    assert "get_weather" not in masker.tokenizer.decode(plain.input_ids.tolist(), skip_special_tokens=False)

@@ -152,7 +152,7 @@ def test_cli_reports_bad_input_and_bad_options(tmp_path, tiny_target_dir, capsys
     source = write_jsonl(tmp_path / "rows.jsonl", ['{"id": "x", "messages": [{"role": "robot", "content": "Hi"}]}'])
     base = ["tokenize", str(source), "--tokenizer", str(tiny_target_dir), "--no-audit", "--no-progress"]
     assert main(base + ["--out", str(tmp_path / "a")]) == 2
-    assert f"{source}:1: message 0: unknown role 'robot'" in capsys.readouterr().err
+    assert f"{source}:1: messages[0]: unknown speaker 'robot'" in capsys.readouterr().err
     assert main(base + ["--out", str(tmp_path / "b"), "--overflow", "sometimes"]) == 2
     assert "overflow" in capsys.readouterr().err
     assert main(base + ["--out", str(tmp_path / "c"), "--tokenizer", str(tmp_path)]) == 2

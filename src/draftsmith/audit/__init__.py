@@ -7,7 +7,7 @@
 """
 
 from draftsmith.audit.conversations import audit_conversations
-from draftsmith.audit.readers import detect_kind
+from draftsmith.data.sources import detect_kind
 from draftsmith.audit.report import AuditReport, Check, Dominant, Gate
 from draftsmith.audit.thresholds import Thresholds
 from draftsmith.audit.tokenized import audit_tokenized

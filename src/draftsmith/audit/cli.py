@@ -35,6 +35,7 @@ class AuditConfig(BaseModel):
     )
     tokenizer: str | None = Field(None, description="tokenizer dir: decodes spans, checks end-of-turn, headers, thinking")
     kind: Literal["auto", "tokenized", "conversations"] = "auto"
+    split: str | None = Field(None, description="DatasetDict split to audit (default: train, else the only one)")
     plot: Path | None = Field(None, description="write a PNG histogram of trainable tokens per sample")
     max_context: int | None = Field(None, ge=1, description="context limit in tokens")
     threshold: Annotated[list[str], cli(split=False)] = Field(
@@ -47,22 +48,24 @@ def audit(config: AuditConfig, as_json: bool = False) -> None:
     from rich.console import Console
 
     from draftsmith.audit.conversations import audit_conversations
-    from draftsmith.audit.readers import detect_kind
     from draftsmith.audit.thresholds import Thresholds
     from draftsmith.audit.tokenized import audit_tokenized
+    from draftsmith.data.sources import detect_kind
 
     limits = Thresholds.from_assignments(config.threshold)
     paths, tokenizer, max_context, plot = config.paths, config.tokenizer, config.max_context, config.plot
-    chosen = detect_kind(paths) if config.kind == "auto" else config.kind
+    chosen = detect_kind(paths, config.split) if config.kind == "auto" else config.kind
     stderr = Console(stderr=True)
     with _progress(stderr) as progress:
         if chosen == "tokenized":
             report = audit_tokenized(
-                paths, tokenizer=tokenizer, thresholds=limits, max_context=max_context, progress=progress
+                paths, tokenizer=tokenizer, thresholds=limits, max_context=max_context, progress=progress,
+                split=config.split,
             )
         else:
             report = audit_conversations(
-                paths, thresholds=limits, tokenizer=tokenizer, max_context=max_context, progress=progress
+                paths, thresholds=limits, tokenizer=tokenizer, max_context=max_context, progress=progress,
+                split=config.split,
             )
     if plot is not None:
         from draftsmith.audit.plot import plot_histogram

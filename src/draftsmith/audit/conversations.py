@@ -14,10 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from draftsmith.audit.readers import BadRow, ConversationRow, iter_conversation_rows
 from draftsmith.audit.report import EXAMPLES, GATED_CHECKS, INFO_CHECKS, AuditReport, Check, Dominant
 from draftsmith.audit.thresholds import Thresholds, coerce_thresholds
 from draftsmith.audit.tokens import load_tokenizer
+from draftsmith.core.errors import InputError
+from draftsmith.data.conversation import Conversation, parse_conversation
+from draftsmith.data.sources import iter_records, resolve
 
 MAX_ERRORS = 50
 CHUNK = 16384
@@ -25,36 +27,6 @@ PENDING = 4096
 TOP_PER_CHUNK = 32
 #: finish reasons that mean the model ended its turn on its own
 NORMAL_STOPS = {"stop", "eos", "end_turn", "stop_sequence", "tool_calls", "function_call"}
-
-
-def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # OpenAI content parts
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return str(content)
-
-
-def split_thinking(message: dict[str, Any]) -> tuple[str | None, str, bool]:
-    """(reasoning or None when absent, answer, unclosed) from a message's fields or inline tags."""
-    content = _text(message.get("content"))
-    reasoning = message.get("reasoning_content", message.get("reasoning"))
-    if reasoning is not None and not isinstance(reasoning, str):
-        reasoning = _text(reasoning)
-    unclosed = False
-    if "<think>" in content or "</think>" in content:
-        before, sep, after = content.partition("</think>")
-        if sep:
-            inline = before.split("<think>", 1)[-1]
-            reasoning = inline if reasoning is None else reasoning
-            content = after
-        else:
-            unclosed = True
-            reasoning = content.split("<think>", 1)[-1] if reasoning is None else reasoning
-            content = ""
-    return reasoning, content, unclosed
 
 
 def _digest(value: Any) -> int:
@@ -78,7 +50,7 @@ class _ConversationAccumulator:
         self.token_lengths: list[int] = []  # -1 when unknown
         self.char_lengths: list[int] = []
         self.prompt_lengths: list[int] = []  # -1 when unknown
-        self.pending: list[tuple[int, str | None, list | None]] = []
+        self.pending: list[tuple[int, str | None, list | None, list | None]] = []
         self.completion_hashes: list[int] = []
         self.prompt_hashes: list[int] = []
         self.empty: list[bool] = []
@@ -96,25 +68,24 @@ class _ConversationAccumulator:
         if len(self.errors) < MAX_ERRORS:
             self.errors.append(message)
 
-    def add(self, row: ConversationRow | BadRow) -> None:
+    def add(self, row: Conversation | InputError) -> None:
+        """One parsed row, or the one-line error that rejected it (a bad sample; the audit goes on)."""
         self.samples += 1
-        if isinstance(row, BadRow):
+        if isinstance(row, Conversation):
+            try:
+                answer = row.require_answer()
+            except InputError as error:
+                row = error
+        if isinstance(row, InputError):
             self.bad += 1
-            self.error(row.message)
+            self.error(str(row))
             return
-        messages = row.messages
-        answer_index = next(
-            (i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "assistant"), None
-        )
-        if answer_index is None:
-            self.bad += 1
-            self.error(f"{row.source} (id {row.id}): no assistant message to audit")
-            return
-        answer = messages[answer_index]
-        prompt = [{"role": m.get("role"), "content": _text(m.get("content"))} for m in messages[:answer_index]]
-        reasoning, content, unclosed = split_thinking(answer)
+        answer_index = row.answer_index()
+        prompt = [{"role": m["role"], "content": m["content"]} for m in row.messages[:answer_index]]
+        reasoning, content = answer.get("reasoning_content"), answer["content"]
+        unclosed = row.unclosed_think and answer_index == len(row.messages) - 1
         sample = row.id
-        raw = row.raw
+        raw = row.fields
         self.ids.append(sample)
 
         empty = not content.strip()
@@ -153,9 +124,12 @@ class _ConversationAccumulator:
         self.char_lengths.append(len(completion_text))
         if self.info is not None and (completion_tokens is None or prompt_tokens is None):
             # Counted in batches: one tokenizer call per few thousand rows, not one per row.
-            self.pending.append(
-                (position, completion_text if completion_tokens is None else None, prompt if prompt_tokens is None else None)
-            )
+            self.pending.append((
+                position,
+                completion_text if completion_tokens is None else None,
+                prompt if prompt_tokens is None else None,
+                row.tools,  # the prompt the model saw had them
+            ))
             if len(self.pending) >= PENDING:
                 self._count_pending()
 
@@ -170,13 +144,15 @@ class _ConversationAccumulator:
 
     def _count_pending(self) -> None:
         tokenizer = self.info.tokenizer
-        completions = [(position, text) for position, text, _ in self.pending if text is not None]
+        completions = [(position, text) for position, text, _, _ in self.pending if text is not None]
         prompts = []
-        for position, _, prompt in self.pending:
+        for position, _, prompt, tools in self.pending:
             if prompt is None:
                 continue
             try:
-                prompts.append((position, tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)))
+                extra = {"tools": tools} if tools else {}
+                text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True, **extra)
+                prompts.append((position, text))
             except Exception:  # a prompt the template rejects still gets the other checks
                 continue
         for target, items in ((self.token_lengths, completions), (self.prompt_lengths, prompts)):
@@ -292,8 +268,9 @@ def audit_conversations(
     tokenizer: Any = None,
     max_context: int | None = None,
     progress: Callable[[int, int | None], None] | None = None,
+    split: str | None = None,
 ) -> AuditReport:
-    """Audit conversation rows (JSONL/JSON/Parquet; OpenAI `messages` or ShareGPT `conversations`).
+    """Audit conversation rows (any source and row format `draftsmith.data` reads).
 
     Completion lengths come from the rows' usage fields (`completion_tokens`,
     `completion_token_ids`), or from `tokenizer` when given, else are counted in characters.
@@ -304,7 +281,11 @@ def audit_conversations(
     if max_context is None and info is not None:
         max_context = info.model_max_length
     accumulator = _ConversationAccumulator(info, max_context)
-    for row in iter_conversation_rows(paths):
+    for record in iter_records(resolve(paths, split)):
+        try:
+            row: Conversation | InputError = parse_conversation(record)
+        except InputError as error:
+            row = error
         accumulator.add(row)
         if progress and accumulator.samples % 10000 == 0:
             progress(accumulator.samples, None)

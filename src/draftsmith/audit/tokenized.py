@@ -16,7 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from draftsmith.audit.readers import data_files, iter_tokenized_batches
+from draftsmith.data.sources import suffix_of
+from draftsmith.data.tokenized import iter_tokenized_batches, tokenized_files
 from draftsmith.audit.report import EXAMPLES, AuditReport, Check, Dominant
 from draftsmith.audit.thresholds import Thresholds, coerce_thresholds
 from draftsmith.audit.tokens import TokenizerInfo, load_tokenizer
@@ -586,13 +587,13 @@ class _Accumulator:
         )
 
 
-def _total_rows(paths) -> int | None:
+def _total_rows(paths, split: str | None) -> int | None:
     import pyarrow.parquet as pq
 
     total = 0
     for path in paths:
-        for file in data_files(path):
-            if file.suffix.lower() != ".parquet":
+        for file in tokenized_files(path, split):
+            if suffix_of(file) != ".parquet":
                 return None
             total += pq.ParquetFile(file).metadata.num_rows
     return total
@@ -606,6 +607,7 @@ def audit_tokenized(
     max_context: int | None = None,
     batch_size: int = 16384,
     progress: Callable[[int, int | None], None] | None = None,
+    split: str | None = None,
 ) -> AuditReport:
     """Audit tokenized data (Parquet shards/file, Arrow files, `datasets.save_to_disk` dir).
 
@@ -620,10 +622,10 @@ def audit_tokenized(
     if max_context is None and info is not None:
         max_context = info.model_max_length
     accumulator = _Accumulator(info, max_context)
-    total = _total_rows(paths) if progress else None
+    total = _total_rows(paths, split) if progress else None
     for item in paths:
         current_file, file_row = None, 0
-        for file, batch in iter_tokenized_batches(item, batch_size=batch_size):
+        for file, batch in iter_tokenized_batches(item, batch_size=batch_size, split=split):
             if file != current_file:
                 current_file, file_row = file, 0
             accumulator.add_batch(file, file_row, batch)

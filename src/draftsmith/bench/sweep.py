@@ -35,7 +35,7 @@ from draftsmith.client.chat import (
     chat_payload,
     normalize_base_url,
 )
-from draftsmith.generate.inputs import load_prompts
+from draftsmith.data.prompts import load_prompts
 from draftsmith.core.asyncrun import run_async
 
 DEFAULT_CONCURRENCIES = (1, 8, 16, 32, 48, 64)
@@ -202,7 +202,7 @@ async def arun_bench(config: BenchConfig, log: Callable[[str], None] = lambda me
                     sample = order[cursor % len(order)]
                     cursor += 1
                     try:
-                        outcomes.append(await client.chat(base, {**payload, "messages": sample.messages}))
+                        outcomes.append(await client.chat(base, {**payload, "messages": sample.messages, **({"tools": sample.tools} if sample.tools else {})}))
                     except ClientError as error:
                         errors += 1
                         log(f"request failed: {error}")

@@ -97,7 +97,7 @@ def run_demo(config: DemoConfig | None = None, log: Callable[[str], None] = prin
     from draftsmith.evaluate.speculative import evaluate_drafter
     from draftsmith.export.exporter import export_drafter
     from draftsmith.generate import GenerateConfig, generate
-    from draftsmith.generate.store import generated_row_files
+    from draftsmith.data.sources import generated_row_files
     from draftsmith.model import DFlashDraftModel, load_drafter
     from draftsmith.plan import make_plan
     from draftsmith.serve.process import ServeProcess

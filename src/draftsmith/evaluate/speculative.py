@@ -259,6 +259,8 @@ def _first_mismatch(a: Sequence[int], b: Sequence[int]) -> int | None:
 def _encode(tokenizer, prompt, enable_thinking: bool | None) -> list[int]:
     if prompt.messages is not None:
         kwargs = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
+        if prompt.tools:
+            kwargs["tools"] = prompt.tools
         text = tokenizer.apply_chat_template(prompt.messages, tokenize=False, add_generation_prompt=True, **kwargs)
         return tokenizer(text, add_special_tokens=False)["input_ids"]
     return tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
@@ -324,7 +326,7 @@ def evaluate_drafter(
     encoded: list[tuple[str, list[int]]] = []
     for index, item in enumerate(items):
         if isinstance(item, dict):
-            item = prompt_from_row(item, f"prompt {index}", default_id=str(index))
+            item = prompt_from_row(item, f"prompt {index}")
         if isinstance(item, Prompt):
             if tokenizer is None:
                 raise InputError("evaluate_drafter needs a tokenizer for text/message prompts")

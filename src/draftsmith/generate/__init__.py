@@ -11,7 +11,9 @@ Public API:
 
 from draftsmith.client.chat import ChatClient, ChatResult, normalize_base_url
 from draftsmith.generate.guard import GuardConfig, QualityGuard
-from draftsmith.generate.inputs import PromptSample, content_hash_id, load_prompts, shard_of
+from draftsmith.data.conversation import content_hash_id
+from draftsmith.data.prompts import PromptSample, load_prompts
+from draftsmith.generate.inputs import shard_of
 from draftsmith.generate.pipeline import (
     GenerateConfig,
     GenerateSummary,

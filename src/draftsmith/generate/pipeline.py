@@ -41,7 +41,9 @@ from draftsmith.client.chat import (
 )
 from draftsmith.generate.dispatch import Dispatcher, Endpoint
 from draftsmith.generate.guard import GuardConfig, QualityGuard
-from draftsmith.generate.inputs import PromptSample, load_prompts, shard_of
+from draftsmith.data.generated import generated_row
+from draftsmith.data.prompts import PromptSample, load_prompts
+from draftsmith.generate.inputs import shard_of
 from draftsmith.core.asyncrun import run_async
 from draftsmith.generate.progress import RunProgress
 from draftsmith.generate.store import OutputStore, count_row_ids, shard_tag
@@ -60,7 +62,7 @@ class GenerateConfig:
     """Everything a generation run needs. Paths may be str or Path."""
 
     inputs: Annotated[list[str | Path] | str | Path, cli(positional=True)]
-    """Prompt files or dirs: JSONL / JSON / Parquet / ``datasets.save_to_disk`` (messages or ShareGPT)."""
+    """Prompt files or dirs: anything `draftsmith.data.sources` opens, any row format it reads."""
     output_dir: Annotated[str | Path, cli("--output", "-o")]
     """Output directory (append-only shards; resumable)."""
     endpoints: Annotated[list[str], cli("--endpoint", "-e")] = field(default_factory=lambda: ["http://127.0.0.1:8000"])
@@ -115,6 +117,9 @@ class GenerateConfig:
         """What shapes the rows: a resume with other values would mix two datasets in one directory."""
         return {"model": model, "max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p,
                 "seed": self.seed, "chat_template_kwargs": self.chat_template_kwargs, "extra_body": self.extra_body}
+
+    split: str | None = None
+    """The DatasetDict split to read (default: train, else the only one)."""
 
     def validate(self) -> None:
         if not self.endpoints:
@@ -288,6 +293,8 @@ class _Run:
     async def _attempt(self, sample: PromptSample, endpoint: Endpoint) -> tuple[str, Any, float | None]:
         payload = dict(self._base_payload)
         payload["messages"] = sample.messages
+        if sample.tools:
+            payload["tools"] = sample.tools
         try:
             return "ok", await self.client.chat(endpoint.url, payload), None
         except EndpointConnectionError as error:
@@ -393,22 +400,18 @@ class _Run:
         completion_tokens = result.completion_tokens
         if completion_tokens is None and result.completion_token_ids is not None:
             completion_tokens = len(result.completion_token_ids)
-        row = {
-            "id": sample.id,
-            "messages": [
-                *sample.messages,
-                {"role": "assistant", "content": result.content, "reasoning_content": result.reasoning},
-            ],
-            "finish_reason": result.finish_reason,
-            "prompt_tokens": result.prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "reasoning_tokens": result.reasoning_tokens,
-            "prompt_token_ids": result.prompt_token_ids,
-            "completion_token_ids": result.completion_token_ids,
-            "model": result.model or self.model,
-            "endpoint": endpoint.label,
-            "latency_s": round(result.latency_s, 4),
-        }
+        row = generated_row(
+            sample.id, sample.messages, result.content, result.reasoning, sample.tools,
+            finish_reason=result.finish_reason,
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=completion_tokens,
+            reasoning_tokens=result.reasoning_tokens,
+            prompt_token_ids=result.prompt_token_ids,
+            completion_token_ids=result.completion_token_ids,
+            model=result.model or self.model,
+            endpoint=endpoint.label,
+            latency_s=round(result.latency_s, 4),
+        )
         if not self.store.write_row(row):
             return  # a requeued copy finished too: the first complete row wins
         self.unresolved.discard(sample.id)
@@ -556,7 +559,7 @@ async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) 
             console.print(f"[dim]draftsmith generate:[/] {message}", highlight=False)
 
     started = time.monotonic()
-    samples, duplicate_ids = load_prompts(config.inputs)
+    samples, duplicate_ids = load_prompts(config.inputs, config.split)
     if not samples:
         shown = config.inputs if isinstance(config.inputs, (str, Path)) else ", ".join(map(str, config.inputs))
         raise InputError(f"{shown}: no prompts (the input is empty)")

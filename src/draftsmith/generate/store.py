@@ -28,22 +28,8 @@ from typing import Any, TextIO
 
 from draftsmith.core.errors import InputError
 from draftsmith.core.io import write_json_atomic
-
-ROW_GLOB = "generated-*.jsonl"
-_ID_PREFIX = re.compile(r'\{"id": ("(?:[^"\\]|\\.)*"),')
-
-
-def generated_row_files(directory: str | Path) -> list[Path] | None:
-    """The row shards of a `generate` output directory, or None when `directory` is not one.
-
-    Readers given such a directory (tokenize, audit) must take only these: the summary and
-    failures files beside them are bookkeeping, not conversation rows.
-    """
-    directory = Path(directory)
-    if not directory.is_dir():
-        return None
-    rows = sorted(path for path in directory.glob(ROW_GLOB) if path.is_file())
-    return rows or None
+from draftsmith.data.generated import RowWriter, line_id
+from draftsmith.data.sources import GENERATED_ROW_GLOB as ROW_GLOB
 
 
 def shard_tag(index: int, count: int) -> str:
@@ -89,18 +75,12 @@ def count_row_ids(directory: Path, log=lambda message: None) -> Counter[str]:
             for number, line in enumerate(handle, 1):
                 if not line.strip():
                     continue
-                # Rows written here start with their id: read it without parsing a long row.
-                fast = _ID_PREFIX.match(line)
-                if fast is not None and line.rstrip().endswith("}"):
-                    counts[json.loads(fast.group(1))] += 1
-                    continue
-                try:
-                    row = json.loads(line)
-                    counts[str(row["id"])] += 1
-                except (json.JSONDecodeError, KeyError, TypeError):
+                sample_id = line_id(line)
+                if sample_id is None:
                     raise InputError(
                         f"{path}:{number}: not a generated row (bad JSON or no 'id'); move the file away to continue"
-                    ) from None
+                    )
+                counts[sample_id] += 1
     return counts
 
 
@@ -137,7 +117,7 @@ class OutputStore:
         self.log = log
         self.written: set[str] = set()
         self.rows_path: Path | None = None
-        self._rows: TextIO | None = None
+        self._rows: RowWriter | None = None
         self._failures: TextIO | None = None
         self._last_sync = time.monotonic()
         self.rows_written = 0
@@ -163,8 +143,7 @@ class OutputStore:
     def open(self) -> None:
         if self._rows is None:
             self.rows_path = self._next_part()
-            # "x": never reuse a part another process might be writing.
-            self._rows = self.rows_path.open("x", encoding="utf-8")
+            self._rows = RowWriter(self.rows_path)
 
     def write_row(self, row: dict[str, Any]) -> bool:
         """Append one complete row; False (nothing written) when its id was already written."""
@@ -174,10 +153,8 @@ class OutputStore:
         if self._rows is None:
             self.open()
         assert self._rows is not None
-        self._rows.write(json.dumps(row, ensure_ascii=False) + "\n")
-        if self.flush_soon is None:
-            self._rows.flush()
-        else:
+        self._rows.write(row, flush=self.flush_soon is None)
+        if self.flush_soon is not None:
             self.flush_soon()
         self.written.add(sample_id)
         self.rows_written += 1
@@ -206,10 +183,11 @@ class OutputStore:
             self._last_sync = now
 
     def sync(self) -> None:
-        for handle in (self._rows, self._failures):
-            if handle is not None:
-                handle.flush()
-                os.fsync(handle.fileno())
+        if self._rows is not None:
+            self._rows.sync()
+        if self._failures is not None:
+            self._failures.flush()
+            os.fsync(self._failures.fileno())
 
     def write_summary(self, summary: dict[str, Any]) -> Path:
         path = self.directory / f"summary-{self.tag}.json"
@@ -217,10 +195,8 @@ class OutputStore:
 
     def close(self) -> None:
         self.sync()
-        for handle in (self._rows, self._failures):
-            if handle is not None:
-                handle.close()
-        # An empty part (a run that wrote nothing) is noise for readers.
-        if self.rows_path is not None and self.rows_path.exists() and self.rows_path.stat().st_size == 0:
-            self.rows_path.unlink()
+        if self._rows is not None:
+            self._rows.close()
+        if self._failures is not None:
+            self._failures.close()
         self._rows = self._failures = None

@@ -27,6 +27,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
     Qwen3RotaryEmbedding,
 )
 
+from draftsmith.model.block_attention import BlockLayout, block_attention
 from draftsmith.model.config import DFlashConfig, as_dflash_config
 
 
@@ -75,7 +76,7 @@ class DFlashAttention(nn.Module):
         hidden_states: torch.Tensor,
         context: torch.Tensor,
         position_embeddings: tuple[torch.Tensor, torch.Tensor],
-        attention_mask: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | BlockLayout | None = None,
         past_key_values: Cache | None = None,
     ) -> torch.Tensor:
         batch, q_len, _ = hidden_states.shape
@@ -93,19 +94,25 @@ class DFlashAttention(nn.Module):
         if past_key_values is not None:
             key, value = past_key_values.update(key, value, self.layer_idx)
 
-        groups = self.num_heads // self.num_kv_heads
-        if groups > 1:
-            key = key.repeat_interleave(groups, dim=1)
-            value = value.repeat_interleave(groups, dim=1)
-        output = F.scaled_dot_product_attention(
-            query,
-            key,
-            value,
-            attn_mask=_as_sdpa_mask(attention_mask, query.dtype),
-            dropout_p=self.dropout if self.training else 0.0,
-            is_causal=False,
-            scale=self.scaling,
-        )
+        dropout = self.dropout if self.training else 0.0
+        if isinstance(attention_mask, BlockLayout):
+            if past_key_values is not None:
+                raise ValueError("a BlockLayout describes one training call's keys; it takes no cache")
+            output = block_attention(query, key, value, attention_mask, self.scaling, dropout)
+        else:
+            groups = self.num_heads // self.num_kv_heads
+            if groups > 1:
+                key = key.repeat_interleave(groups, dim=1)
+                value = value.repeat_interleave(groups, dim=1)
+            output = F.scaled_dot_product_attention(
+                query,
+                key,
+                value,
+                attn_mask=_as_sdpa_mask(attention_mask, query.dtype),
+                dropout_p=dropout,
+                is_causal=False,
+                scale=self.scaling,
+            )
         output = output.transpose(1, 2).reshape(batch, q_len, self.num_heads * self.head_dim)
         return self.o_proj(output)
 
@@ -123,7 +130,7 @@ class DFlashDecoderLayer(GradientCheckpointingLayer):
         hidden_states: torch.Tensor,
         context: torch.Tensor,
         position_embeddings: tuple[torch.Tensor, torch.Tensor],
-        attention_mask: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | BlockLayout | None = None,
         past_key_values: Cache | None = None,
     ) -> torch.Tensor:
         attended = self.self_attn(
@@ -187,7 +194,7 @@ class DFlashDraftModel(Qwen3PreTrainedModel):
     def forward(
         self,
         position_ids: torch.LongTensor,
-        attention_mask: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | BlockLayout | None = None,
         noise_embedding: torch.Tensor | None = None,
         target_hidden: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
@@ -200,7 +207,8 @@ class DFlashDraftModel(Qwen3PreTrainedModel):
         - `target_hidden` [B, C, k*H]: raw concatenated target features of the new context tokens.
         - `position_ids` [B, C+Q]: positions of [context | block] (used for RoPE).
         - `attention_mask`: None (every query sees every key: inference), or [B, 1, Q, K] boolean
-          (True = visible) or additive float, where K = (cached length) + C + Q.
+          (True = visible) or additive float, where K = (cached length) + C + Q; or, in training, a
+          `BlockLayout` (Q = N blocks of B over this call's context, no cache): block-sparse attention.
         - `past_key_values`: a transformers Cache holding earlier context keys/values; this call
           appends its context AND block keys, so crop it back to the context length afterwards.
         """

@@ -178,6 +178,7 @@ class ChatMasker:
         self.tokenizer = tokenizer
         self.config = config
         self.template_kwargs = dict(config.chat_template_kwargs)
+        self._row_kwargs: dict[str, Any] = {}
         eot_ids = set(_generation_config_eos(tokenizer_path))
         if tokenizer.eos_token_id is not None:
             eot_ids.add(int(tokenizer.eos_token_id))
@@ -210,6 +211,8 @@ class ChatMasker:
         if truncated_generation and config.length_policy == "drop":
             raise RowDropped("finish_reason_length", "generation hit max_tokens (length policy: drop)")
         verify = _should_verify(row["id"], config.verify_share)
+        # The row's tools are part of the context the model saw: every render of this row gets them.
+        self._row_kwargs = {"tools": row["tools"]} if row.get("tools") else {}
         _check_final_turn(row["messages"])  # the same rows are dropped whichever way they are built
         if (
             config.use_engine_token_ids
@@ -260,7 +263,8 @@ class ChatMasker:
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = False) -> str:
         return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **self.template_kwargs
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+            **self.template_kwargs, **self._row_kwargs,
         )
 
     def _empty_reasoning_scaffold(self, before: list[dict[str, Any]], message: dict[str, Any], prompt: str) -> str:
@@ -384,7 +388,8 @@ class ChatMasker:
 
     def _generation_markers(self, messages: list[dict[str, Any]], input_ids: np.ndarray) -> np.ndarray:
         encoded = self.tokenizer.apply_chat_template(
-            messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True, **self.template_kwargs
+            messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True,
+            **self.template_kwargs, **self._row_kwargs,
         )
         if list(encoded["input_ids"]) != input_ids.tolist():
             raise RowDropped(

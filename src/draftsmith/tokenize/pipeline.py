@@ -26,8 +26,10 @@ from draftsmith.core.paths import require_output_dir
 from draftsmith.core.io import write_json_atomic
 from draftsmith.core.lock import lock_directory
 from draftsmith.tokenize.masking import POLICY_REASONS, ChatMasker, MaskedRow, MaskerConfig, RowDropped
-from draftsmith.tokenize.readers import RawRecord, count_rows, expand_inputs, iter_records, normalize_row
-from draftsmith.tokenize.writer import SUMMARY_NAME, ShardWriter, prepare_output_dir, written_ids
+from draftsmith.data.conversation import parse_conversation
+from draftsmith.data.generated import engine_fields
+from draftsmith.data.sources import Record, count_records, iter_records, resolve
+from draftsmith.data.tokenized import SUMMARY_NAME, ShardWriter, prepare_output_dir, written_ids
 
 EXAMPLES_PER_REASON = 3
 # A row this long is not a training sample but a mistake (a whole file pasted into a turn), and
@@ -74,6 +76,7 @@ class TokenizeOptions(BaseModel):
         default=0.01, ge=0.0, le=1.0, description="fail when more than this share of rows cannot be masked"
     )
     progress: bool = Field(True, description="show a progress bar")
+    split: str | None = Field(None, description="DatasetDict split to read (default: train, else the only one)")
     force_resume: bool = Field(False, description="resume into --out although it was written with other settings")
     max_row_bytes: int | None = Field(
         DEFAULT_MAX_ROW_BYTES, ge=1, description="JSONL rows longer than this are dropped unread (counted as row_too_large)"
@@ -205,8 +208,22 @@ def _init_worker(tokenizer_path: str, config: MaskerConfig, skip_ids: frozenset[
     _WORKER_MASKER = ChatMasker.from_path(tokenizer_path, config)
 
 
+def masker_row(record: Record) -> dict[str, Any]:
+    """The row the masker builds from: a checked conversation (an assistant turn has
+    ``reasoning_content`` only when it carries reasoning, "" for an empty think block), its tools
+    and engine fields."""
+    conversation = parse_conversation(record)
+    return {
+        "id": conversation.id,
+        "messages": conversation.messages,
+        "tools": conversation.tools,
+        **engine_fields(conversation),
+        "where": record.where,
+    }
+
+
 def process_chunk(
-    records: list[RawRecord], masker: ChatMasker | None = None, skip_ids: frozenset[str] | None = None
+    records: list[Record], masker: ChatMasker | None = None, skip_ids: frozenset[str] | None = None
 ) -> ChunkResult:
     masker = masker or _WORKER_MASKER
     skip_ids = _WORKER_SKIP_IDS if skip_ids is None else skip_ids
@@ -216,7 +233,7 @@ def process_chunk(
         if record.oversized is not None:
             result.drops.append(("row_too_large", "?", record.where, f"{record.oversized:,} bytes"))
             continue
-        row = normalize_row(record)  # InputError propagates: malformed input stops the run
+        row = masker_row(record)  # InputError propagates: malformed input stops the run
         if row["id"] in skip_ids:
             result.skipped += 1
             continue
@@ -229,8 +246,8 @@ def process_chunk(
     return result
 
 
-def _chunked(records: Iterable[RawRecord], size: int) -> Iterator[list[RawRecord]]:
-    chunk: list[RawRecord] = []
+def _chunked(records: Iterable[Record], size: int) -> Iterator[list[Record]]:
+    chunk: list[Record] = []
     for record in records:
         chunk.append(record)
         if len(chunk) >= size:
@@ -261,7 +278,7 @@ def _start_pool(tokenizer_path: str, config: MaskerConfig, workers: int, skip_id
 
 
 def _run_chunks(
-    chunks: Iterator[list[RawRecord]], pool: ProcessPoolExecutor | None, masker: ChatMasker,
+    chunks: Iterator[list[Record]], pool: ProcessPoolExecutor | None, masker: ChatMasker,
     workers: int, skip_ids: frozenset[str],
 ) -> Iterator[ChunkResult]:
     if pool is None:
@@ -348,7 +365,7 @@ def _tokenize_dataset(
         raise InputError("choose one of resume and overwrite")
     if isinstance(inputs, (str, Path)):
         inputs = [inputs]
-    paths = expand_inputs(inputs)
+    paths = resolve(inputs, options.split)
     output = Path(output_dir)
     tokenizer_path = str(tokenizer_path)
     masker = ChatMasker.from_path(tokenizer_path, options.masker_config())  # a bad tokenizer fails here
@@ -373,7 +390,7 @@ def _tokenize_dataset(
     seen_ids: set[str] = set()
     writer = ShardWriter(output, options.rows_per_shard, existing)
     started = time.perf_counter()
-    total = count_rows(paths) if options.progress else None
+    total = count_records(paths) if options.progress else None
     if total == 0:  # said before a progress bar is drawn, so the error is the only line
         raise InputError(f"{', '.join(summary.inputs)}: no rows to tokenize")
 

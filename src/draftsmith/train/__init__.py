@@ -8,11 +8,11 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "TokenizedDataset": "data",
-    "TokenizedSample": "data",
-    "load_tokenized": "data",
+    "TokenizedDataset": "draftsmith.data.tokenized",
+    "TokenizedSample": "draftsmith.data.tokenized",
+    "load_tokenized": "draftsmith.data.tokenized",
     "regenerate_locally": "data",
-    "write_tokenized": "data",
+    "write_tokenized": "draftsmith.data.tokenized",
     "ExtractResult": "extract",
     "FeatureStore": "extract",
     "extract_features": "extract",
@@ -29,5 +29,6 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str):
     if name in _EXPORTS:
-        return getattr(importlib.import_module(f"draftsmith.train.{_EXPORTS[name]}"), name)
+        module = _EXPORTS[name]
+        return getattr(importlib.import_module(module if "." in module else f"draftsmith.train.{module}"), name)
     raise AttributeError(f"module 'draftsmith.train' has no attribute {name!r}")

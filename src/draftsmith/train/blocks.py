@@ -9,6 +9,8 @@ Keys/values are [context (T target features) | the N*B block positions]. Block i
   - nothing of any other block.
 Sequences of a batch are padded to the longest context and the most anchors; a padding block sees
 only itself (never an empty row, which would turn softmax into NaN) and carries no loss.
+The rules live in `draftsmith.model.block_attention`; a batch hands the drafter a `BlockLayout`
+(anchors, no mask) and builds the dense mask only when the dense reference path asks for it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from draftsmith.model.block_attention import BlockLayout
 
 
 @dataclass
@@ -26,7 +30,6 @@ class BlockBatch:
     context_mask: torch.Tensor  # [S, T] long: 1 = real token (for the target forward)
     noise_ids: torch.Tensor  # [S, N*B] long
     position_ids: torch.Tensor  # [S, T + N*B] long
-    attention_mask: torch.Tensor  # [S, 1, N*B, T + N*B] bool, True = may attend
     labels: torch.Tensor  # [S, N, B-1] long: token at anchor+k, k = 1..B-1
     label_mask: torch.Tensor  # [S, N, B-1] float: 1 where the label is a response token in range
     anchors: torch.Tensor  # [S, N] long (padding anchors are 0)
@@ -37,19 +40,23 @@ class BlockBatch:
     def block_size(self) -> int:
         return self.labels.shape[-1] + 1
 
+    def layout(self, mode: str = "sparse", recompute_tiles: bool | None = None) -> BlockLayout:
+        """The drafter's attention input: which blocks see what, computed by `mode`."""
+        return BlockLayout(
+            self.anchors, self.anchor_valid, self.context_ids.shape[1], self.block_size, mode=mode, recompute_tiles=recompute_tiles
+        )
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        """Dense boolean mask [S, 1, N*B, T + N*B] (True = may attend), built on demand."""
+        return self.layout("dense").dense_mask()
+
 
 def block_attention_mask(
     anchors: torch.Tensor, anchor_valid: torch.Tensor, context_length: int, block_size: int
 ) -> torch.Tensor:
     """Boolean mask [S, 1, N*B, T + N*B] with the visibility rules of the module docstring."""
-    num_sequences, num_anchors = anchors.shape
-    query_block = torch.arange(num_anchors * block_size) // block_size  # [Q]
-    query_anchor = anchors.repeat_interleave(block_size, dim=1)  # [S, Q]
-    context_positions = torch.arange(context_length)
-    sees_context = context_positions[None, None, :] < query_anchor[:, :, None]  # [S, Q, T]
-    sees_context &= anchor_valid.repeat_interleave(block_size, dim=1)[:, :, None]
-    sees_block = (query_block[:, None] == query_block[None, :]).expand(num_sequences, -1, -1)  # [S, Q, Q]
-    return torch.cat([sees_context, sees_block], dim=2)[:, None]
+    return BlockLayout(anchors, anchor_valid, context_length, block_size, mode="dense").dense_mask()
 
 
 def build_block_batch(
@@ -103,7 +110,6 @@ def build_block_batch(
         context_mask=context_mask,
         noise_ids=noise_ids.reshape(num_sequences, -1),
         position_ids=torch.cat([context_positions, block_positions], dim=1),
-        attention_mask=block_attention_mask(anchors_padded, anchor_valid, context_length, block_size),
         labels=labels,
         label_mask=label_mask,
         anchors=anchors_padded,

@@ -6,7 +6,7 @@ Kept free of torch so that building the command line stays fast.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,6 +21,7 @@ class TrainConfig(BaseModel):
     target: Path = Field(description="target model directory (Hugging Face format)")
     data: Path = Field(description="tokenized dataset (Parquet shards with input_ids/loss_mask)")
     out: Path = Field(description="output directory: checkpoints/, drafter/, train_log.jsonl")
+    split: str | None = Field(None, description="DatasetDict split of --data (default: train, else the only one)")
     offline_features: Annotated[Path | None, cli("--offline")] = Field(
         None, description="features directory from `draftsmith extract` (offline training)"
     )
@@ -44,6 +45,9 @@ class TrainConfig(BaseModel):
     batch_size: int = Field(1, ge=1, description="sequences per micro-batch per process")
     dtype: DType = Field("auto", description="auto (bf16 on CUDA, fp32 on CPU), fp32, bf16 or fp16")
     gradient_checkpointing: bool = Field(False, description="recompute drafter layers in backward to save memory")
+    attention: Literal["auto", "dense", "sparse", "flex"] = Field(
+        "auto", description="drafter attention: auto (= sparse), dense (reference mask), sparse (tiled), flex (CUDA only)"
+    )
     device: str = "auto"
     num_threads: Annotated[int | None, cli("--threads")] = Field(None, ge=1, description="CPU threads per process (torch default if unset)")
     seed: int = 0

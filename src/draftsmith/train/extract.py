@@ -23,8 +23,9 @@ import torch
 from draftsmith.core.errors import InputError
 from draftsmith.core.io import atomic_path, write_json_atomic
 from draftsmith.core.lock import lock_directory
+from draftsmith.data.tokenized import TokenizedDataset, load_tokenized
 from draftsmith.train.config import ExtractConfig
-from draftsmith.train.data import TokenizedDataset, check_vocabulary, load_tokenized
+from draftsmith.train.data import check_vocabulary
 
 INDEX_NAME = "index.json"
 FEATURES_KIND = "draftsmith.features"

@@ -40,9 +40,10 @@ from draftsmith.core.manifest import require_complete
 from draftsmith.core.paths import require_output_dir
 from draftsmith.train.anchors import anchor_generator, sample_anchors, valid_anchor_positions
 from draftsmith.train.blocks import BlockBatch, build_block_batch
+from draftsmith.data.tokenized import TokenizedDataset, load_tokenized
 from draftsmith.train.checkpoints import CHECKPOINT_DIR, STATE_FILE, cut_log, newest_intact_checkpoint, numpy_rng_state, set_numpy_rng_state
 from draftsmith.train.config import TrainConfig
-from draftsmith.train.data import TokenizedDataset, check_vocabulary, load_tokenized
+from draftsmith.train.data import check_vocabulary
 from draftsmith.train.distributed import (
     DistributedContext,
     all_reduce_sum,
@@ -118,6 +119,7 @@ class DrafterTrainer:
 
     def __init__(self, config: TrainConfig, context: DistributedContext, dataset: TokenizedDataset):
         from draftsmith.model import DFlashDraftModel, build_drafter_config
+        from draftsmith.model.block_attention import choose_attention
         from draftsmith.train.extract import FeatureStore, mask_token_id_for, resolve_layer_ids
         from draftsmith.train.target import load_embedding_and_head, load_target_config, load_target_model
 
@@ -171,6 +173,7 @@ class DrafterTrainer:
             enable()
         self.drafter.train()
         self.weights = position_weights(config.block_size, config.gamma).to(self.device)
+        self.attention = choose_attention(config.attention, self.device)
         self.gamma = config.gamma if config.gamma is not None else default_gamma(config.block_size)
 
     def autocast(self):
@@ -219,7 +222,8 @@ class DrafterTrainer:
         with self.autocast():
             hidden = drafter(
                 position_ids=batch.position_ids.to(self.device),
-                attention_mask=batch.attention_mask.to(self.device),
+                # Checkpointed layers already recompute attention in backward; tiles need not again.
+                attention_mask=batch.layout(self.attention, False if self.config.gradient_checkpointing else None).to(self.device),
                 noise_embedding=noise,
                 target_hidden=features,
             )
@@ -355,7 +359,7 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
     started = time.perf_counter()
     out_dir = Path(config.out)
     require_complete(config.data, "the tokenized set", "rerun `draftsmith tokenize --resume` to finish it")
-    dataset = load_tokenized(config.data, max_length=config.max_length)
+    dataset = load_tokenized(config.data, max_length=config.max_length, split=config.split)
     trainable = [index for index, sample in enumerate(dataset.samples) if valid_anchor_positions(torch.from_numpy(sample.loss_mask)).numel() > 0]
     if not trainable:
         raise InputError(f"{config.data}: no sample has two consecutive loss-mask tokens, nothing to train on")
@@ -415,7 +419,7 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
         mode = "offline" if config.offline_features else "online"
         print(
             f"training a {config.num_draft_layers}-layer drafter (block {config.block_size}, gamma {trainer.gamma:g}, "
-            f"layers {trainer.layer_ids}, {mode}, {trainer.compute_dtype_name}) on {len(trainable)} samples "
+            f"layers {trainer.layer_ids}, {mode}, {trainer.compute_dtype_name}, {trainer.attention} attention) on {len(trainable)} samples "
             f"x {config.epochs} epochs = {total_steps} steps"
             + (" (capped by max_steps)" if total_steps < per_epoch_steps * config.epochs else "")
             + f", {context.world_size} process(es)"

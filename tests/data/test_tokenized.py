@@ -5,7 +5,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from draftsmith.core.errors import InputError
-from draftsmith.train.data import load_tokenized, write_tokenized
+from draftsmith.data.tokenized import load_tokenized, write_tokenized
 
 ROWS = [
     {"id": "a", "input_ids": [1, 2, 3, 4], "loss_mask": [0, 0, 1, 1]},
@@ -57,5 +57,20 @@ def test_bad_rows_are_named(tmp_path):
     with pytest.raises(InputError, match="not found"):
         load_tokenized(tmp_path / "nowhere")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(InputError, match="no Parquet or Arrow shards"):
+    with pytest.raises(InputError, match="holds no .parquet, .arrow or datasets files"):
         load_tokenized(tmp_path / "empty")
+
+
+def test_audit_checks_the_split_train_trains_on(tmp_path):
+    import datasets
+
+    from draftsmith.audit import audit_tokenized
+
+    splits = {"train": ROWS[:2], "test": ROWS[2:]}
+    datasets.DatasetDict({name: datasets.Dataset.from_list(rows) for name, rows in splits.items()}).save_to_disk(
+        str(tmp_path / "dd")
+    )
+    assert [sample.id for sample in load_tokenized(tmp_path / "dd")] == ["a", "b"]
+    assert audit_tokenized(tmp_path / "dd").samples == 2
+    assert [sample.id for sample in load_tokenized(tmp_path / "dd", split="test")] == ["c"]
+    assert audit_tokenized(tmp_path / "dd", split="test").samples == 1

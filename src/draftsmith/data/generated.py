@@ -1,0 +1,115 @@
+"""Data contract 1, generated rows: one streaming reader and one append-only, line-atomic writer.
+
+A generated row is one JSON line, ``id`` first::
+
+    {"id", "messages": [...prompt, {"role": "assistant", "content", "reasoning_content"}],
+     "tools"?, "finish_reason", "prompt_tokens", "completion_tokens", "reasoning_tokens",
+     "prompt_token_ids", "completion_token_ids", "model", "endpoint", "latency_s"}
+
+A row is written whole, with one ``write`` of a complete line, so a reader sees complete rows and
+at most a torn last line from a crash (which `draftsmith.generate`'s store cuts off on resume).
+Rows are read like every conversation row (`data.sources.iter_records` then
+`data.conversation.parse_conversation`, streaming); `engine_fields` checks the engine fields.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, TextIO
+
+from draftsmith.core.errors import InputError
+from draftsmith.data.conversation import Conversation
+
+_ID_PREFIX = re.compile(r'\{"id": ("(?:[^"\\]|\\.)*"),')
+
+
+def generated_row(
+    sample_id: str,
+    prompt: list[dict[str, Any]],
+    content: str,
+    reasoning: str | None,
+    tools: list[dict[str, Any]] | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """A contract-1 row: the prompt plus the generated assistant turn, then engine fields."""
+    row: dict[str, Any] = {
+        "id": sample_id,
+        "messages": [*prompt, {"role": "assistant", "content": content, "reasoning_content": reasoning}],
+    }
+    if tools:
+        row["tools"] = tools
+    row.update(fields)
+    return row
+
+
+def encode_row(row: dict[str, Any]) -> str:
+    """One row as one JSON line, ``id`` first (so `line_id` can read it without a full parse)."""
+    return json.dumps({"id": row["id"], **row}, ensure_ascii=False) + "\n"
+
+
+def line_id(line: str) -> str | None:
+    """The id of an encoded row line, read from its prefix; None if the line is not one."""
+    fast = _ID_PREFIX.match(line)
+    if fast is not None and line.rstrip().endswith("}"):
+        return json.loads(fast.group(1))
+    try:
+        row = json.loads(line)
+        return str(row["id"])
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return None
+
+
+class RowWriter:
+    """Appends encoded rows to a new file; `flush` hands them to the OS, `sync` to the disk."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        # "x": never reuse a file another process might be writing.
+        self._handle: TextIO | None = path.open("x", encoding="utf-8")
+
+    def write(self, row: dict[str, Any], flush: bool = True) -> None:
+        assert self._handle is not None
+        self._handle.write(encode_row(row))
+        if flush:
+            self._handle.flush()
+
+    def flush(self) -> None:
+        if self._handle is not None:
+            self._handle.flush()
+
+    def sync(self) -> None:
+        if self._handle is not None:
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+
+    def close(self) -> None:
+        if self._handle is None:
+            return
+        self.sync()
+        self._handle.close()
+        self._handle = None
+        # An empty file (a run that wrote nothing) is noise for readers.
+        if self.path.exists() and self.path.stat().st_size == 0:
+            self.path.unlink()
+
+
+def engine_fields(conversation: Conversation) -> dict[str, Any]:
+    """The checked contract-1 engine fields of a row: finish reason and engine token ids."""
+    fields = conversation.fields
+    finish_reason = fields.get("finish_reason")
+    if finish_reason is not None and not isinstance(finish_reason, str):
+        raise InputError(f"{conversation.where}: row {conversation.id!r}: finish_reason must be a string or null")
+    checked: dict[str, Any] = {"finish_reason": finish_reason}
+    for key in ("prompt_token_ids", "completion_token_ids"):
+        value = fields.get(key)
+        if hasattr(value, "tolist"):
+            value = value.tolist()
+        if value is not None and not (
+            isinstance(value, list) and all(isinstance(item, int) and not isinstance(item, bool) for item in value)
+        ):
+            raise InputError(f"{conversation.where}: row {conversation.id!r}: {key} must be a list of integers")
+        checked[key] = value
+    return checked

@@ -1,0 +1,299 @@
+"""Opening row sources: which files a path stands for, and their rows one at a time.
+
+Accepted: JSON Lines (``.jsonl``, ``.ndjson``, gzipped too), ``.json`` (an array of rows, or JSON
+Lines under a ``.json`` name), Parquet, Arrow (IPC file or stream), ``datasets.save_to_disk``
+directories (Dataset or DatasetDict), a ``generate`` output directory (its row shards only) and
+folders of any of these, walked recursively in sorted order.
+
+One split rule for a DatasetDict, the same in every stage: the split named by ``split``, else
+``train`` when there is one, else the only split, else an error listing the splits.
+
+Rows stream: a `Record` is a raw JSONL line or an already decoded table row plus where it came
+from (``file:line`` or ``file: row N``, N counted from 0), so parsing can run in worker processes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from draftsmith.core.errors import InputError
+from draftsmith.core.lines import OversizedLine, iter_lines
+
+JSONL_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz", ".json.gz")
+JSON_SUFFIXES = (".json",)
+TABLE_SUFFIXES = (".parquet", ".arrow")
+ROW_SUFFIXES = JSONL_SUFFIXES + JSON_SUFFIXES + TABLE_SUFFIXES
+#: the row shards of a `generate` output directory; its summary and failures files are bookkeeping
+GENERATED_ROW_GLOB = "generated-*.jsonl"
+BATCH_ROWS = 1024
+
+
+@dataclass(frozen=True)
+class Record:
+    """One input row before parsing: `line` is raw JSON text, `row` an already decoded row."""
+
+    where: str
+    line: str | None = None
+    row: Any = None
+    oversized: int | None = None
+    """Bytes of a JSONL line over the row-size limit: it was measured and skipped, never read whole."""
+
+    def parse(self) -> Any:
+        """The decoded row, or an `InputError` naming its file and line."""
+        if self.line is None:
+            return self.row
+        try:
+            return json.loads(self.line)
+        except json.JSONDecodeError as error:
+            raise InputError(f"{self.where}: invalid JSON: {error.msg} at column {error.pos + 1}") from None
+
+
+def suffix_of(path: Path) -> str:
+    name = path.name.lower()
+    for suffix in ROW_SUFFIXES:
+        if name.endswith(suffix):
+            return suffix
+    return path.suffix.lower()
+
+
+def generated_row_files(directory: str | Path) -> list[Path] | None:
+    """The row shards of a `generate` output directory, or None when `directory` is not one."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None
+    rows = sorted(path for path in directory.glob(GENERATED_ROW_GLOB) if path.is_file())
+    return rows or None
+
+
+def choose_split(splits: list[str], split: str | None, where: str) -> str:
+    """The one DatasetDict split rule (see the module docstring)."""
+    if split is not None:
+        if split not in splits:
+            raise InputError(f"{where}: no split {split!r}; the splits are {', '.join(splits)}")
+        return split
+    if "train" in splits:
+        return "train"
+    if len(splits) == 1:
+        return splits[0]
+    raise InputError(f"{where}: a DatasetDict with splits {', '.join(splits)} and none is 'train'; pass --split NAME")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise InputError(f"{path}: not a readable datasets file ({error})") from None
+
+
+def datasets_dir_files(directory: Path, split: str | None = None) -> list[Path] | None:
+    """Arrow files of a `save_to_disk` directory (one split of a DatasetDict), else None."""
+    state = directory / "state.json"
+    if state.is_file():
+        try:
+            return [directory / entry["filename"] for entry in _read_json(state)["_data_files"]]
+        except (KeyError, TypeError):
+            raise InputError(f"{state}: not a readable datasets state file") from None
+    splits_file = directory / "dataset_dict.json"
+    if splits_file.is_file():
+        try:
+            splits = list(_read_json(splits_file)["splits"])
+        except (KeyError, TypeError):
+            raise InputError(f"{splits_file}: not a readable DatasetDict file") from None
+        chosen = choose_split(splits, split, str(directory))
+        return datasets_dir_files(directory / chosen) or []
+    return None
+
+
+def _walk(directory: Path, suffixes: tuple[str, ...], split: str | None) -> list[Path]:
+    saved = datasets_dir_files(directory, split)
+    if saved is not None:
+        return saved
+    generated = generated_row_files(directory)
+    if generated and ".jsonl" in suffixes:
+        return generated
+    found: list[Path] = []
+    for child in sorted(directory.iterdir()):
+        if child.name.startswith((".", "_")):
+            continue
+        if child.is_dir():
+            found.extend(_walk(child, suffixes, split))
+        elif child.is_file() and suffix_of(child) in suffixes:
+            found.append(child)
+    return found
+
+
+def resolve(
+    inputs: str | Path | Iterable[str | Path], split: str | None = None, suffixes: tuple[str, ...] = ROW_SUFFIXES
+) -> list[Path]:
+    """The data files behind `inputs`, in a stable order; an `InputError` for a missing path,
+    an unknown file kind or a folder without data."""
+    if isinstance(inputs, (str, Path)):
+        inputs = [inputs]
+    kinds = ", ".join(suffixes)
+    files: list[Path] = []
+    for item in inputs:
+        path = Path(item)
+        if not path.exists():
+            raise InputError(f"{path}: no such file or directory")
+        if path.is_dir():
+            found = _walk(path, suffixes, split)
+            if not found:
+                raise InputError(f"{path}: directory holds no {kinds} or datasets files")
+            files.extend(found)
+        elif suffix_of(path) in suffixes:
+            files.append(path)
+        else:
+            raise InputError(f"{path}: unknown input format (expected {kinds} or a datasets directory)")
+    if not files:
+        raise InputError("no input files given")
+    return files
+
+
+# -- streaming -------------------------------------------------------------------------------------
+
+
+def _open_text(path: Path):
+    if path.name.lower().endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open("r", encoding="utf-8")
+
+
+def _is_json_array(path: Path) -> bool:
+    with _open_text(path) as handle:
+        head = handle.read(1)
+        while head and head.isspace():
+            head = handle.read(1)
+    return head == "["
+
+
+class ArrowFile:
+    """An Arrow IPC file or stream (what `datasets` writes), read batch by batch."""
+
+    def __init__(self, path: Path):
+        import pyarrow as pa
+
+        self.path = path
+        try:
+            source = pa.memory_map(str(path), "r")
+            try:
+                self._reader = pa.ipc.open_file(source)
+                self._stream = False
+            except pa.ArrowInvalid:
+                source.seek(0)
+                self._reader = pa.ipc.open_stream(source)
+                self._stream = True
+        except (pa.ArrowInvalid, OSError) as error:
+            raise InputError(f"{path}: not an Arrow IPC file or stream ({error})") from None
+        self.schema = self._reader.schema
+
+    def batches(self) -> Iterator[Any]:
+        if self._stream:
+            yield from self._reader
+        else:
+            for index in range(self._reader.num_record_batches):
+                yield self._reader.get_batch(index)
+
+
+def _parquet(path: Path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as error:
+        raise InputError(f"{path}: not a readable Parquet file ({error})") from None
+
+
+def column_names(path: Path) -> list[str]:
+    """Column names of a Parquet or Arrow file."""
+    if suffix_of(path) == ".parquet":
+        return _parquet(path).schema_arrow.names
+    return ArrowFile(path).schema.names
+
+
+def table_batches(path: Path, columns: list[str] | None = None, batch_size: int = BATCH_ROWS) -> Iterator[Any]:
+    """Record batches of a Parquet or Arrow file, at most `batch_size` rows each."""
+    if suffix_of(path) == ".parquet":
+        yield from _parquet(path).iter_batches(batch_size=batch_size, columns=columns)
+        return
+    for batch in ArrowFile(path).batches():
+        if columns is not None:
+            batch = batch.select(columns)
+        for start in range(0, batch.num_rows, batch_size):
+            yield batch.slice(start, batch_size)
+
+
+def iter_records(files: Iterable[Path], max_row_bytes: int | None = None) -> Iterator[Record]:
+    """Every row of every file, file after file, without parsing JSON lines (a JSONL line over
+    `max_row_bytes` comes back as a `Record` with only `oversized` set)."""
+    for path in files:
+        kind = suffix_of(path)
+        if kind in TABLE_SUFFIXES:
+            index = 0
+            for batch in table_batches(path):
+                for row in batch.to_pylist():
+                    yield Record(f"{path}: row {index}", row=row)
+                    index += 1
+        elif kind in JSON_SUFFIXES and _is_json_array(path):
+            try:
+                rows = json.loads(path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as error:
+                raise InputError(f"{path}:{error.lineno}: invalid JSON: {error.msg} at column {error.colno}") from None
+            except UnicodeDecodeError as error:
+                raise InputError(f"{path}: not valid UTF-8 (byte {error.start} of the file)") from None
+            for index, row in enumerate(rows):
+                yield Record(f"{path}: row {index}", row=row)
+        else:
+            for number, line in iter_lines(path, max_row_bytes):
+                if isinstance(line, OversizedLine):
+                    yield Record(f"{path}:{number}", oversized=line.size)
+                else:
+                    yield Record(f"{path}:{number}", line=line)
+
+
+def count_records(files: Iterable[Path]) -> int:
+    """Rows the files hold, read cheaply (table metadata, line counts) for a progress ETA."""
+    total = 0
+    for path in files:
+        kind = suffix_of(path)
+        if kind == ".parquet":
+            total += _parquet(path).metadata.num_rows
+        elif kind == ".arrow":
+            total += sum(batch.num_rows for batch in ArrowFile(path).batches())
+        elif kind in JSON_SUFFIXES and _is_json_array(path):
+            total += sum(1 for _ in iter_records([path]))
+        else:
+            # Bytes: counting must not fail on (or decode) what the reader reports line by line.
+            with gzip.open(path, "rb") if path.name.lower().endswith(".gz") else path.open("rb") as handle:
+                total += sum(1 for line in handle if line.strip())
+    return total
+
+
+def detect_kind(inputs: str | Path | Iterable[str | Path], split: str | None = None) -> str:
+    """``"tokenized"`` for contract-2 data (``input_ids`` column), ``"conversations"`` for rows."""
+    if isinstance(inputs, (str, Path)):
+        inputs = [inputs]
+    kinds = set()
+    for item in inputs:
+        for file in resolve(item, split)[:1]:
+            if suffix_of(file) not in TABLE_SUFFIXES:
+                kinds.add("conversations")
+                continue
+            names = column_names(file)
+            if "input_ids" in names:
+                kinds.add("tokenized")
+            elif "messages" in names or "conversations" in names:
+                kinds.add("conversations")
+            else:
+                raise InputError(
+                    f"{file}: neither tokenized (input_ids, loss_mask) nor conversations "
+                    f"(messages or conversations); columns are {', '.join(names)}"
+                )
+    if len(kinds) != 1:
+        raise InputError("mixed inputs: pass either conversation files or tokenized datasets, not both")
+    return kinds.pop()

@@ -1,0 +1,71 @@
+"""The Conversation model's rules: speakers, reasoning (one splitter, one unclosed rule), ids."""
+
+from __future__ import annotations
+
+import pytest
+
+from draftsmith.core.errors import InputError
+from draftsmith.data.conversation import SPEAKERS, content_hash_id, conversation_from_row
+from draftsmith.data.reasoning import separate
+
+
+def final(content, **fields):
+    row = {"id": "x", "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": content, **fields}]}
+    conversation = conversation_from_row(row, "t.jsonl:1")
+    message = conversation.messages[-1]
+    return message.get("reasoning_content"), message["content"], conversation.unclosed_think
+
+
+@pytest.mark.parametrize(
+    "content, fields, expected",
+    [
+        ("A.", {"reasoning_content": "R"}, ("R", "A.", False)),
+        ("A.", {"reasoning": "R"}, ("R", "A.", False)),
+        ("<think>\nR\n</think>\n\nA.", {}, ("R", "A.", False)),
+        ("R\n</think>\n\nA.", {}, ("R", "A.", False)),  # the template pre-filled <think>
+        ("<think>\n\n</think>\n\nA.", {}, ("", "A.", False)),  # an empty block the model wrote
+        ("A.", {"reasoning_content": ""}, ("", "A.", False)),  # a parser's empty block
+        ("A.", {}, (None, "A.", False)),  # no think block at all
+        ("<think>\ncut off", {}, ("cut off", "", True)),  # the one unclosed rule
+        ("text with <think> inside", {}, (None, "text with <think> inside", False)),
+        ("\n</think>\n\nA.", {"reasoning_content": "R"}, ("R\n", "\n\nA.", False)),  # stray close folded in
+    ],
+)
+def test_one_reasoning_rule(content, fields, expected):
+    assert final(content, **fields) == expected
+
+
+def test_speaker_names_are_case_insensitive_and_documented():
+    turns = [{"from": name.upper(), "value": "v"} for name in SPEAKERS]
+    roles = {message["role"] for message in conversation_from_row({"conversations": turns}, "t").messages}
+    assert roles == {"user", "assistant", "system", "developer", "tool"}
+    assert SPEAKERS["observation"] == SPEAKERS["function_response"] == "tool"
+    assert SPEAKERS["function_call"] == "assistant" and SPEAKERS["bing"] == "assistant"
+
+
+def test_one_id_rule():
+    prompt = [{"role": "user", "content": "q"}]
+    answered = prompt + [{"role": "assistant", "content": "a"}]
+    assert conversation_from_row({"id": 7, "messages": answered}, "t").id == "7"
+    # Without an id: a hash of the prompt, so a prompt and the rows generated from it agree.
+    assert conversation_from_row({"messages": answered}, "t").id == content_hash_id(prompt)
+    assert conversation_from_row({"messages": prompt}, "t").id == content_hash_id(prompt)
+    with pytest.raises(InputError, match="t: 'id' must be a string or an integer, got bool"):
+        conversation_from_row({"id": True, "messages": prompt}, "t")
+
+
+def test_tools_and_kept_fields():
+    tool = {"type": "function", "function": {"name": "f"}}
+    call = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    row = {"tools": [tool], "messages": [{"role": "user", "content": "q"},
+                                         {"role": "assistant", "content": None, "tool_calls": call},
+                                         {"role": "tool", "content": "r", "tool_call_id": "c1"}]}
+    conversation = conversation_from_row(row, "t")
+    assert conversation.tools == [tool]
+    assert conversation.messages[1] == {"role": "assistant", "content": "", "tool_calls": call}
+    assert conversation.prompt()[-1] == {"role": "tool", "content": "r", "tool_call_id": "c1"}
+
+
+def test_separate_rejects_a_non_string_reasoning_field():
+    with pytest.raises(ValueError, match="reasoning_content must be a string"):
+        separate({"content": "a", "reasoning_content": 5})

@@ -1,0 +1,143 @@
+"""Sources: every file kind, folders, datasets dirs and the split rule, streaming and counting."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from draftsmith.core.errors import InputError
+from draftsmith.data.conversation import parse_conversation
+from draftsmith.data.generated import engine_fields
+from draftsmith.data.sources import count_records, detect_kind, iter_records, resolve
+
+ROW = {
+    "id": "a1",
+    "messages": [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello.", "reasoning_content": "Greet back."},
+    ],
+    "finish_reason": "stop",
+}
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows))
+    return path
+
+
+def read_all(paths, split=None):
+    return [parse_conversation(record) for record in iter_records(resolve(paths, split))]
+
+
+def test_jsonl_rows_keep_engine_fields(tmp_path):
+    with_ids = {**ROW, "id": "a2", "prompt_token_ids": [1, 2], "completion_token_ids": [3, 4]}
+    path = write_jsonl(tmp_path / "rows.jsonl", [ROW, "", with_ids])
+    rows = read_all([path])
+    assert [row.id for row in rows] == ["a1", "a2"]
+    assert rows[0].where == f"{path}:1" and rows[1].where == f"{path}:3"
+    fields = engine_fields(rows[1])
+    assert fields["prompt_token_ids"] == [1, 2] and fields["completion_token_ids"] == [3, 4]
+    assert fields["finish_reason"] == "stop"
+    assert rows[0].messages[-1]["reasoning_content"] == "Greet back."
+    assert count_records(resolve([path])) == 2
+
+
+def test_content_parts_and_null_fields(tmp_path):
+    row = {
+        "id": "v1",
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]},
+            {"role": "assistant", "content": "Hello.", "reasoning": "Greet back.", "tool_calls": None},
+        ],
+    }
+    messages = read_all([write_jsonl(tmp_path / "v.jsonl", [row])])[0].messages
+    assert messages[0]["content"] == "Hi there"
+    assert messages[1]["reasoning_content"] == "Greet back." and "tool_calls" not in messages[1]
+
+
+def test_parquet_arrow_gzip_json_array_and_datasets_dirs(tmp_path):
+    from datasets import Dataset
+
+    table = pa.Table.from_pylist([ROW, {**ROW, "id": "a2"}])
+    pq.write_table(table, tmp_path / "rows.parquet")
+    with pa.OSFile(str(tmp_path / "rows.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    Dataset.from_list([ROW, {**ROW, "id": "a3"}]).save_to_disk(str(tmp_path / "hf"))
+    with gzip.open(tmp_path / "rows.jsonl.gz", "wt") as handle:
+        handle.write(json.dumps(ROW) + "\n")
+    (tmp_path / "rows.json").write_text(json.dumps([ROW, {**ROW, "id": "a4"}], indent=1))
+    assert [row.id for row in read_all([tmp_path / "rows.parquet"])] == ["a1", "a2"]
+    assert [row.id for row in read_all([tmp_path / "rows.arrow"])] == ["a1", "a2"]
+    assert [row.id for row in read_all([tmp_path / "rows.jsonl.gz"])] == ["a1"]
+    assert [row.id for row in read_all([tmp_path / "rows.json"])] == ["a1", "a4"]
+    hf_rows = read_all([tmp_path / "hf"])
+    assert [row.id for row in hf_rows] == ["a1", "a3"]
+    assert hf_rows[0].messages[-1]["reasoning_content"] == "Greet back."
+    assert count_records(resolve([tmp_path / "hf", tmp_path / "rows.parquet", tmp_path / "rows.json"])) == 6
+    assert read_all([tmp_path / "rows.parquet"])[1].where == f"{tmp_path / 'rows.parquet'}: row 1"
+
+
+def test_folders_are_walked_recursively_in_sorted_order(tmp_path):
+    from datasets import Dataset
+
+    (tmp_path / "b").mkdir()
+    write_jsonl(tmp_path / "b" / "x.jsonl", [{**ROW, "id": "b"}])
+    (tmp_path / "a" / "deep").mkdir(parents=True)
+    write_jsonl(tmp_path / "a" / "deep" / "z.jsonl", [{**ROW, "id": "a-deep"}])
+    write_jsonl(tmp_path / "a" / "y.jsonl", [{**ROW, "id": "a-y"}])
+    Dataset.from_list([{**ROW, "id": "c-hf"}]).save_to_disk(str(tmp_path / "c"))
+    (tmp_path / ".hidden.jsonl").write_text("not json\n")
+    (tmp_path / "notes.txt").write_text("ignored\n")
+    assert [row.id for row in read_all([tmp_path])] == ["a-deep", "a-y", "b", "c-hf"]
+
+
+def test_generate_output_dir_gives_only_its_row_shards(tmp_path):
+    write_jsonl(tmp_path / "generated-s0of1-00000.jsonl", [ROW])
+    (tmp_path / "summary-s0of1.json").write_text(json.dumps({"done": 1}))
+    write_jsonl(tmp_path / "failures-s0of1.jsonl", [{"id": "x", "reason": "timeout"}])
+    assert resolve(tmp_path) == [tmp_path / "generated-s0of1-00000.jsonl"]
+
+
+def test_one_split_rule_for_dataset_dicts(tmp_path):
+    from datasets import Dataset, DatasetDict
+
+    def save(name, **splits):
+        DatasetDict({split: Dataset.from_list([{**ROW, "id": f"{split}-{i}"} for i in range(n)])
+                     for split, n in splits.items()}).save_to_disk(str(tmp_path / name))
+        return tmp_path / name
+
+    both = save("both", train=2, test=1)
+    assert [row.id for row in read_all(both)] == ["train-0", "train-1"]
+    assert [row.id for row in read_all(both, split="test")] == ["test-0"]
+    assert [row.id for row in read_all(save("only", validation=1))] == ["validation-0"]
+    with pytest.raises(InputError, match=r"splits a, b and none is 'train'; pass --split NAME"):
+        resolve(save("ab", a=1, b=1))
+    with pytest.raises(InputError, match=r"no split 'dev'; the splits are train, test"):
+        resolve(both, split="dev")
+
+
+def test_detect_kind(tmp_path):
+    write_jsonl(tmp_path / "rows.jsonl", [ROW])
+    pq.write_table(pa.table({"id": ["x"], "input_ids": [[1, 2]], "loss_mask": [[0, 1]]}), tmp_path / "tok.parquet")
+    pq.write_table(pa.table({"text": ["x"]}), tmp_path / "other.parquet")
+    assert detect_kind(tmp_path / "rows.jsonl") == "conversations"
+    assert detect_kind([tmp_path / "tok.parquet"]) == "tokenized"
+    with pytest.raises(InputError, match="mixed inputs"):
+        detect_kind([tmp_path / "rows.jsonl", tmp_path / "tok.parquet"])
+    with pytest.raises(InputError, match="neither tokenized"):
+        detect_kind([tmp_path / "other.parquet"])
+
+
+def test_missing_and_unknown_inputs(tmp_path):
+    with pytest.raises(InputError, match="no such file or directory"):
+        resolve([tmp_path / "nope.jsonl"])
+    (tmp_path / "rows.csv").write_text("id,messages\n")
+    with pytest.raises(InputError, match="unknown input format"):
+        resolve([tmp_path / "rows.csv"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="holds no"):
+        resolve([tmp_path / "empty"])
