@@ -273,3 +273,16 @@ def test_resume_skips_broken_checkpoints_cuts_the_log_and_extends_max_steps(rege
         (path / "trainer_state.pt").write_bytes(b"PK\x03\x04 not a checkpoint")
     with pytest.raises(InputError, match="no intact checkpoint to resume from"):
         train_drafter(config.model_copy(update={"resume": True, "max_steps": 6}))
+
+
+def test_train_manifest_refuses_a_resume_on_other_data(regenerated, tiny_target_dir, tmp_path):
+    out = tmp_path / "run"
+    config = small_config(tiny_target_dir, regenerated, out, max_steps=1)
+    train_drafter(config)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["stage"] == "train" and manifest["settings"]["block_size"] == 8
+    other = tmp_path / "other-data"
+    shutil.copytree(regenerated, other)
+    with pytest.raises(InputError, match="was written with other settings \\(data: .* -> .*other-data"):
+        train_drafter(config.model_copy(update={"resume": True, "max_steps": 2, "data": other}))
+    assert train_drafter(config.model_copy(update={"resume": True, "max_steps": 2, "data": other, "force_resume": True})).steps == 2

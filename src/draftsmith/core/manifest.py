@@ -31,7 +31,7 @@ def _plain(value: Any) -> Any:
 
 def _short(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, default=str)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def settings_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -36,7 +36,7 @@ from draftsmith.core.config import torch_dtype
 from draftsmith.core.io import publish, write_json_atomic
 from draftsmith.core.lock import lock_directory
 from draftsmith.core.errors import InputError
-from draftsmith.core.manifest import require_complete
+from draftsmith.core.manifest import MANIFEST_NAME, check_manifest, require_complete, tokenizer_fingerprint
 from draftsmith.core.paths import require_output_dir
 from draftsmith.train.anchors import anchor_generator, sample_anchors, valid_anchor_positions
 from draftsmith.train.blocks import BlockBatch, build_block_batch
@@ -295,10 +295,13 @@ def _save_checkpoint(trainer: DrafterTrainer, optimizer, scheduler, state: dict,
     return final
 
 
+# These change what the saved optimizer state and data position mean. `epochs` and `max_steps`
+# only say where to stop, so a finished run can be extended by raising them.
+RESUME_KEYS = ("block_size", "num_draft_layers", "target_layer_ids", "num_features", "num_anchors", "max_length", "batch_size", "grad_accum", "seed")
+
+
 def _check_resume_config(saved: dict, config: TrainConfig, checkpoint: Path) -> None:
-    # These change what the saved optimizer state and data position mean. `epochs` and `max_steps`
-    # only say where to stop, so a finished run can be extended by raising them.
-    keys = ["block_size", "num_draft_layers", "target_layer_ids", "num_features", "num_anchors", "max_length", "batch_size", "grad_accum", "seed"]
+    keys = RESUME_KEYS
     current = config.model_dump(mode="json")
     different = [key for key in keys if saved.get(key) != current.get(key)]
     if different:
@@ -369,6 +372,12 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
     found = newest_intact_checkpoint(out_dir) if config.resume else None
     if found is not None:
         _check_resume_config(found[1]["config"], config, found[0])
+    if context.is_main:
+        if found is None:  # a fresh run: whatever an earlier, checkpoint-less attempt recorded is moot
+            (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
+        settings = {"target": tokenizer_fingerprint(config.target), "data": str(Path(config.data).resolve()),
+                    **config.model_dump(mode="json", include=set(RESUME_KEYS) | {"lr", "gamma", "mask_token_id"})}  # fmt: skip
+        check_manifest(out_dir, "train", settings, force=config.force_resume)
     trainer = DrafterTrainer(config, context, dataset)
     drafter = trainer.drafter
     if context.enabled:
