@@ -42,6 +42,11 @@ def evaluate(config: EvalConfig, as_json: bool = False) -> None:
     if config.out is not None:
         config.out.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(config.out, report.to_json() + "\n")
+    if config.plot is not None:
+        from draftsmith.evaluate.plot import plot_eval_report
+
+        plot_eval_report(report, config.plot)
+        err.print(f"plot written to {config.plot}")
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2))
     else:

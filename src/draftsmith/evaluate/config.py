@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from draftsmith.core.config import StorageDType
+from draftsmith.core.config import StorageDType, cli
 
 
 class EvalConfig(BaseModel):
@@ -22,3 +23,13 @@ class EvalConfig(BaseModel):
     dtype: StorageDType = Field("float32", description="dtype of target and drafter: fp32 or bf16")
     out: Path | None = Field(None, description="also write the JSON report to this file")
     threads: int | None = Field(None, ge=1, description="torch CPU threads (1 is fastest for tiny models on busy machines)")
+    plot: Annotated[Path | None, cli(metavar="FILE.png")] = Field(
+        None, description="also draw the acceptance-length histogram and per-position acceptance to this PNG"
+    )
+
+    @field_validator("plot")
+    @classmethod
+    def _png(cls, value: Path | None) -> Path | None:
+        if value is not None and value.suffix.lower() != ".png":
+            raise ValueError(f"{value}: the plot is a PNG; give a file name ending in .png")
+        return value

@@ -75,6 +75,8 @@ class EvalReport:
     mismatched_prompts: list[str]
     max_new_tokens: int
     per_prompt: list[PromptResult]
+    # [k-1] = share of cycles whose draft position k (1..B-1) was accepted.
+    per_position_acceptance: list[float] = field(default_factory=list)
 
     kind: str = "draftsmith.eval"
     version: int = 1
@@ -120,6 +122,18 @@ class EvalReport:
             count = self.acceptance_histogram.get(length, 0)
             histogram.add_row(str(length), str(count), f"{count / total:.1%}", "#" * round(40 * count / total))
         console.print(histogram)
+
+
+def per_position_acceptance(histogram: dict[int, int], block_size: int) -> list[float]:
+    """Share of cycles in which draft position k = 1..B-1 was accepted.
+
+    A cycle committing L tokens accepted its first L-1 drafted positions (the last token is the
+    target's bonus), so position k was accepted exactly when L >= k+1.
+    """
+    total = sum(histogram.values())
+    if not total:
+        return [0.0] * (block_size - 1)
+    return [sum(count for length, count in histogram.items() if length >= k + 1) / total for k in range(1, block_size)]
 
 
 def _stop_set(stop_token_ids: Sequence[int] | None) -> set[int]:
@@ -391,6 +405,7 @@ def evaluate_drafter(
         mismatched_prompts=mismatched,
         max_new_tokens=max_new_tokens,
         per_prompt=results,
+        per_position_acceptance=per_position_acceptance(histogram, block),
     )
     if strict and mismatched:
         raise LosslessnessError(_mismatch_message(report))

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from draftsmith.plan.capacity import Plan
+from draftsmith.plan.training import TrainPlan
 from draftsmith.plan.distribution import LengthStats
 from draftsmith.core.units import format_bytes, format_count, format_duration, format_tokens_per_s
 
@@ -163,3 +164,50 @@ def _storage_table(plan: Plan) -> Table:
     verdict_style = "green" if storage.recommendation == "offline" else "yellow"
     table.add_row("recommendation", f"[{verdict_style}]{storage.recommendation}[/{verdict_style}]: {storage.reason}")
     return table
+
+
+def render_train_plan(plan: TrainPlan, console: Console | None = None) -> None:
+    console = console or Console()
+    inputs = plan.inputs
+    table = Table(title=f"Training plan ({plan.mode})", show_header=False, title_justify="left")
+    table.add_column("", style="bold")
+    table.add_column("")
+    table.add_row("target", f"{inputs['model_config_path']}: {plan.target_params:,} params ({format_count(plan.target_params)}), "
+                  f"{plan.target_layer_params:,} per layer")
+    table.add_row("drafter", f"{inputs['draft_layers']} layers, {inputs['num_features']} captured target layers: "
+                  f"{plan.drafter_params:,} trainable params ({format_count(plan.drafter_params)})")
+    table.add_row("data", f"{inputs['samples']:,} samples x {inputs['mean_length']:,.0f} tokens x {inputs['epochs']} epochs = "
+                  f"{plan.total_sequences:,} sequences, {format_count(plan.total_tokens)} tokens")
+    table.add_row("blocks", f"{inputs['num_anchors']} anchors x block {inputs['block_size']}, micro-batch {inputs['batch_size']}, "
+                  f"max length {inputs['max_length']:,}")
+    table.add_row("GPUs", f"{inputs['gpus']} x {inputs['gpu']} ({plan.peak_flops / 1e12:,.0f} TFLOP/s bf16 peak, "
+                  f"{plan.gpu_memory / 1e9:,.0f} GB), MFU {inputs['mfu']:g}, {inputs['dtype']}")
+    headline = plan.headline
+    how = "measured rate (train-bench)" if headline.source == "train-bench" else f"{headline.attention} attention estimate"
+    table.add_row("wall time", f"[bold]{headline.wall_time.days:.1f} days[/bold] ({headline.wall_time.hours:,.1f} hours) from the {how}")
+    console.print(table)
+
+    times = Table(title="Wall time", title_justify="left")
+    for column in ("attention", "source", "target fwd TFLOP/seq", "drafter TFLOP/seq", "tok/s per GPU", "days"):
+        times.add_column(column, justify="left" if column in ("attention", "source") else "right")
+    for row in plan.times:
+        flops = row.flops_per_sequence
+        target = f"{flops.target_forward / 1e12:,.1f}" if flops else "-"
+        drafter = f"{(flops.total - flops.target_forward) / 1e12:,.1f}" if flops else "-"
+        times.add_row(row.attention, row.source, target, drafter, f"{row.tokens_per_s_per_gpu:,.0f}", f"{row.wall_time.days:.1f}",
+                      style="bold" if row is plan.headline or row == plan.headline else None)
+    console.print(times)
+
+    memory = Table(title="Memory per GPU (GB)", title_justify="left")
+    memory.add_column("component")
+    for item in plan.memory:
+        memory.add_column(item.attention, justify="right")
+    for label, key in (("target weights", "target_weights"), ("target activations", "target_activations"),
+                       ("features", "features"), ("drafter + grads + AdamW (fp32)", "drafter_states"),
+                       ("drafter activations", "drafter_activations"), ("logits", "logits"),
+                       ("attention workspace", "attention_workspace"), ("total", "total")):
+        memory.add_row(label, *(f"{getattr(item, key) / 1e9:,.1f}" for item in plan.memory), style="bold" if key == "total" else None)
+    memory.add_row("fits", *("-" if item.fits is None else ("[green]yes[/green]" if item.fits else "[red]no[/red]") for item in plan.memory))
+    console.print(memory)
+    for warning in plan.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")

@@ -12,6 +12,17 @@ from draftsmith.train.config import ExtractConfig, TrainConfig
 
 def train(config: TrainConfig) -> None:
     """Train a DFlash drafter, online (target in the loop) or offline (--offline FEATURES)."""
+    if config.benchmark_steps:
+        from draftsmith.train.benchmark import BENCHMARK_FILE, benchmark_training
+
+        bench = benchmark_training(config)
+        if int(os.environ.get("RANK", "0")) == 0:
+            typer.echo(
+                f"{bench['steps']} steps in {bench['seconds']:.2f}s on {bench['device']} x {bench['world_size']}: "
+                f"{bench['steps_per_s']:.3f} steps/s, {bench['tokens_per_s']:,.0f} tok/s, {bench['samples_per_s']:.3f} samples/s, "
+                f"peak memory {bench['peak_memory_bytes'] / 2**30:.2f} GiB; wrote {config.out / BENCHMARK_FILE}"
+            )
+        return
     from draftsmith.train.trainer import train_drafter
 
     result = train_drafter(config)

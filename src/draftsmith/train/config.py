@@ -57,6 +57,13 @@ class TrainConfig(BaseModel):
     force_resume: bool = Field(False, description="resume although --target or --data differ from the run's manifest")
     log_every: int = Field(10, ge=1)
     progress: bool = Field(True, description="show a progress bar (otherwise log lines)")
+    report_to: Literal["none", "tensorboard", "wandb"] = Field(
+        "none", description="also send loss, acc per block offset, tau, lr and tokens/s to tensorboard (<out>/runs/) or wandb"
+    )
+    benchmark_steps: Annotated[int | None, cli(metavar="N")] = Field(
+        None, ge=1,
+        description="time N steps after warm-up, write <out>/train_benchmark.json (for `plan --train --train-bench`) and stop",
+    )
 
 
 class ExtractConfig(BaseModel):

@@ -54,6 +54,7 @@ from draftsmith.train.distributed import (
     shutdown,
 )
 from draftsmith.train.loss import default_gamma, dflash_loss_from_hidden, position_weights
+from draftsmith.train.reporting import check_report_to, make_reporter
 
 FINAL_DIR = "drafter"
 LOG_FILE = "train_log.jsonl"
@@ -346,6 +347,7 @@ def train_drafter(config: TrainConfig) -> TrainResult:
     """Train (or resume training) a drafter; the final checkpoint lands in `<out>/drafter`."""
     from draftsmith.model import save_drafter
 
+    check_report_to(config.report_to)  # before anything is loaded or --out is made
     if config.num_threads is not None:
         torch.set_num_threads(config.num_threads)
     require_output_dir(config.out, "--out")
@@ -437,6 +439,7 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
     if context.is_main:
         cut_log(out_dir / LOG_FILE, step)  # records past the checkpoint would repeat
     log_handle = (out_dir / LOG_FILE).open("a") if context.is_main else None
+    reporter = make_reporter(config.report_to if context.is_main else "none", out_dir, config.model_dump(mode="json"))
     progress = _Progress(config.progress and context.is_main, total_steps, step)
 
     block_offsets = config.block_size - 1
@@ -514,6 +517,7 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
                     last_record = record
                     log_handle.write(json.dumps(record) + "\n")
                     log_handle.flush()
+                    reporter.log(step, record)
                     if not config.progress:
                         print(
                             f"step {step}/{total_steps} loss {record['loss']:.4f} acc@1 {float(accuracy[0]):.3f} "
@@ -535,6 +539,7 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
             checkpoint_now()
     finally:
         progress.close()
+        reporter.close()
         if log_handle is not None:
             log_handle.close()
 
