@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from draftsmith import __version__
 from draftsmith.core.config import describe_validation_error
 from draftsmith.core.errors import DraftsmithError
+from draftsmith.core.redact import redact
 
 app = typer.Typer(
     name="draftsmith",
@@ -73,10 +74,17 @@ def main(argv: list[str] | None = None) -> int:
         # With standalone_mode=False click returns a command's `typer.Exit(code)` instead of raising.
         result = app(args=argv, standalone_mode=False)
     except DraftsmithError as error:
-        typer.echo(f"draftsmith: error: {error}", err=True)
+        typer.echo(f"draftsmith: error: {redact(str(error))}", err=True)
         return error.exit_code
+    except OSError as error:
+        # The file system refused a path the user gave (a file where a directory goes, a full
+        # disk, no permission): their problem to fix, said in one line.
+        if error.filename is None:
+            raise
+        typer.echo(f"draftsmith: error: {error.filename}: {error.strerror or error}", err=True)
+        return 2
     except ValidationError as error:  # a config built inside a stage from values the user gave
-        typer.echo(f"draftsmith: error: {describe_validation_error(error)}", err=True)
+        typer.echo(f"draftsmith: error: {redact(describe_validation_error(error))}", err=True)
         return 2
     except (typer.Abort, KeyboardInterrupt):
         typer.echo("draftsmith: interrupted", err=True)
@@ -84,10 +92,13 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:  # click usage errors carry their own exit code
         import click
 
-        if isinstance(error, click.ClickException):
+        # typer >= 0.20 raises its vendored click's exceptions, which are not click's own.
+        if isinstance(error, (click.ClickException, typer.TyperException)) and hasattr(error, "show"):
             error.show()
             return error.exit_code
         raise
+    if result == 130:  # typer turns Ctrl-C inside a command into Exit(130), said nowhere
+        typer.echo("draftsmith: interrupted", err=True)
     return result if isinstance(result, int) else 0
 
 

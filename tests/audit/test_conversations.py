@@ -138,3 +138,12 @@ def test_generation_problems_are_counted(tmp_path):
 def test_missing_file_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="no such file"):
         audit_conversations(tmp_path / "nope.jsonl")
+
+
+def test_repeated_ids_fail(tmp_path):
+    rows = generated_rows(30)
+    rows[20]["id"] = rows[2]["id"]
+    report = audit_conversations([write_jsonl(rows, tmp_path / "gen.jsonl")])
+    assert report.checks["repeated_ids"].count == 1 and report.checks["repeated_ids"].example_ids == [rows[2]["id"]]
+    assert "repeated_ids" in [gate.name for gate in report.failed_gates]
+    assert audit_conversations([write_jsonl(generated_rows(30), tmp_path / "ok.jsonl")]).checks["repeated_ids"].count == 0

@@ -296,3 +296,19 @@ def test_a_small_healthy_set_passes_and_small_boilerplate_still_fails(tmp_path, 
     # The minimum count is a threshold like the others.
     lenient = audit_tokenized(tmp_path / "boilerplate", thresholds={"dominant_min_count": 6})
     assert not {"dominant_mask_sum", "dominant_span"} & {gate.name for gate in lenient.failed_gates}
+
+
+def test_repeated_ids_fail_the_gate_that_train_would_enforce(tmp_path, clean_rows):
+    from draftsmith.train import load_tokenized
+
+    rows = [dict(row) for row in clean_rows[:40]]
+    rows[30]["id"] = rows[3]["id"]
+    rows[31]["id"] = rows[3]["id"]
+    directory = write_shards(rows, tmp_path / "data", shard_rows=16)  # the repeats are in another shard
+    report = audit_tokenized(directory)
+    check = report.checks["repeated_ids"]
+    assert check.count == 2 and check.example_ids == [rows[3]["id"]]
+    assert [gate.name for gate in report.failed_gates] == ["repeated_ids"]
+    with pytest.raises(InputError, match="duplicate id"):
+        load_tokenized(directory)
+    assert audit_tokenized(write_shards(clean_rows[:40], tmp_path / "clean", shard_rows=16)).checks["repeated_ids"].count == 0

@@ -144,3 +144,18 @@ def test_a_bare_count_of_millions_needs_its_time_unit():
     with pytest.raises(InputError, match="needs a time unit"):
         parse_rate("5.4M")
     assert parse_rate("1.5k").tokens_per_s == 1500
+
+
+@pytest.mark.parametrize("text", ["1,5k tok/s", "1,5 tok/s", "1,5000/s", "12,34 tps", "1,5"])
+def test_a_comma_that_is_not_a_thousands_separator_is_refused(text):
+    with pytest.raises(InputError, match="ambiguous: a comma may be a decimal point or a thousands separator"):
+        parse_rate(text)
+
+
+def test_thousands_separators_still_parse():
+    assert parse_rate("1,500 tok/s").tokens_per_s == 1500
+    assert parse_rate("1,600").tokens_per_s == 1600
+    assert parse_count("12,345,678") == 12_345_678
+    assert parse_size("1,000 GB") == 10**12
+    with pytest.raises(InputError, match="ambiguous"):
+        parse_count("2,5M")

@@ -206,3 +206,35 @@ def test_summary_rescans_the_output_and_reports_duplicates(tmp_path, prompts_fil
         second = generate(config(prompts, tmp_path / "out", [server.url]))
     assert second.done == 0 and second.duplicates_on_disk == 1 and not second.ok
     assert any("duplicate rows" in problem for problem in second.problems())
+
+
+@pytest.mark.parametrize("status, attempts", [(503, 3), (400, 1)])
+def test_failures_file_counts_every_attempt_once(tmp_path, prompts_file, status, attempts):
+    prompts = prompts_file(4)
+    with ServeProcess(["--fail-rate", "1", "--fail-status", str(status)]) as server:
+        summary = generate(config(prompts, tmp_path / "out", [server.url], max_retries=2))
+    assert summary.failed == 4 and summary.retries == 4 * (attempts - 1)
+    failures = [json.loads(line) for line in (tmp_path / "out" / "failures-s0of1.jsonl").read_text().splitlines()]
+    assert [f["attempts"] for f in failures] == [attempts] * 4
+
+
+def test_resume_with_other_settings_is_refused_unless_forced(tmp_path, prompts_file, capsys):
+    prompts = prompts_file(12)
+    out = tmp_path / "out"
+    with ServeProcess(["--backend", "echo", "--served-model-name", "target"]) as server:
+        first = generate(config(prompts, out, [server.url], limit=4, max_tokens=64))
+        assert first.done == 4
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["stage"] == "generate" and manifest["settings"]["model"] == "target"
+        assert manifest["settings"]["chat_template_kwargs"] == {"enable_thinking": True}
+        args = ["generate", str(prompts), "-o", str(out), "-e", server.url, "--no-progress", "--max-tokens", "64"]
+        assert main([*args, "--no-thinking"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]  # after the "resuming: ..." log line
+        assert err.startswith("draftsmith: error:") and 'chat_template_kwargs: {"enable_thinking": true} -> {"enable_thinking": false}' in err
+        assert main([*args[:-1], "128"]) == 2
+        assert "max_tokens: 64 -> 128" in capsys.readouterr().err
+        assert len(read_rows(out)) == 4  # nothing was written by the refused runs
+        assert main([*args[:-1], "128", "--force-resume"]) == 0
+    assert "continuing with changed settings (max_tokens: 64 -> 128)" in " ".join(capsys.readouterr().err.split())
+    assert json.loads((out / "manifest.json").read_text())["settings"]["max_tokens"] == 128
+    assert_exactly_once(out, prompts)

@@ -277,3 +277,42 @@ def test_a_generate_output_directory_is_read_for_its_rows_only(tmp_path, tiny_ta
     assert summary.input_rows == 20 and summary.written == 20
     report = audit_conversations([generated]).to_dict()
     assert report["samples"] == 20 and report["bad_samples"] == 0, report
+
+
+def test_manifest_refuses_a_resume_with_other_settings_and_train_refuses_a_stopped_run(tmp_path, tiny_target_dir):
+    from draftsmith.core.manifest import read_manifest
+    from draftsmith.train import TrainConfig, train_drafter
+
+    rows = list(synthetic_conversations(30, seed=4))
+    source = tmp_path / "rows.jsonl"
+    # A run that stops part-way (here at a malformed row; a kill leaves the same state): shards on disk, no summary.
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows) + '{"id": "bad", "messages": 7}\n')
+    out = tmp_path / "out"
+    options = TokenizeOptions(workers=1, chunk_size=5, rows_per_shard=5, progress=False)
+    with pytest.raises(InputError, match=":31"):
+        tokenize_dataset(source, tiny_target_dir, out, options)
+    assert list(out.glob("part-*.parquet")) and not (out / "tokenize_summary.json").exists()
+    manifest = read_manifest(out)
+    assert manifest["stage"] == "tokenize" and manifest["complete"] is False
+    assert manifest["settings"]["tokenizer"].startswith("sha256:")
+    with pytest.raises(InputError, match="the tokenized set is incomplete: the `tokenize` run that writes it did not finish"):
+        train_drafter(TrainConfig(target=tiny_target_dir, data=out, out=tmp_path / "train", max_steps=1, device="cpu"))
+
+    write_jsonl(source, rows)
+    with pytest.raises(InputError, match=r"other settings \(length_policy: \"drop\" -> \"keep\"\)"):
+        tokenize_dataset(source, tiny_target_dir, out, options.model_copy(update={"resume": True, "length_policy": "keep"}))
+    finished = tokenize_dataset(source, tiny_target_dir, out, options.model_copy(update={"resume": True}))
+    assert finished.previously_written > 0 and finished.previously_written + finished.written == 30
+    assert read_manifest(out)["complete"] is True
+
+
+def test_a_row_over_max_row_bytes_is_dropped_unread_and_counted(tmp_path, tiny_target_dir):
+    rows = list(synthetic_conversations(6, seed=8))
+    huge = dict(rows[2], id="huge")
+    huge["messages"] = [{"role": "user", "content": "x" * 3_000_000}, rows[2]["messages"][-1]]
+    source = write_jsonl(tmp_path / "rows.jsonl", rows[:3] + [huge] + rows[3:])
+    options = TokenizeOptions(workers=1, progress=False, max_row_bytes=1_000_000)
+    summary = tokenize_dataset(source, tiny_target_dir, tmp_path / "out", options)
+    assert summary.written == 6 and summary.dropped == {"row_too_large": 1} and summary.errors == 0
+    assert summary.examples["row_too_large"][0].startswith(f"{source}:4 (?): 3,000,")
+    assert TokenizeOptions().max_row_bytes == 16 * 1024 * 1024  # on by default

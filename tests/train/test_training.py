@@ -242,3 +242,55 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients(regenerated, t
     assert losses[0] == pytest.approx(losses[1], rel=1e-6)
     for (name, a), (_, b) in zip(plain.drafter.named_parameters(), checkpointed.drafter.named_parameters(), strict=True):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7, msg=name)
+
+
+class _RunsCode:
+    """Unpickling this would touch a file: what a hostile trainer_state.pt could do."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_resume_skips_broken_checkpoints_cuts_the_log_and_extends_max_steps(regenerated, tiny_target_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    config = small_config(tiny_target_dir, regenerated, out, max_steps=3, save_every=1, keep_checkpoints=4)
+    assert train_drafter(config).steps == 3
+    steps_logged = lambda: [json.loads(line)["step"] for line in (out / "train_log.jsonl").read_text().splitlines()]  # noqa: E731
+    assert steps_logged() == [1, 2, 3]
+    checkpoints = sorted((out / "checkpoints").glob("step-*"))
+    assert [path.name for path in checkpoints] == ["step-00000001", "step-00000002", "step-00000003"]
+    # The newest is cut short (a copy interrupted mid-file); the one before it would run code if unpickled.
+    newest = checkpoints[2] / "trainer_state.pt"
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    marker = tmp_path / "code-ran"
+    torch.save({"step": 2, "payload": _RunsCode(marker)}, checkpoints[1] / "trainer_state.pt")
+    capsys.readouterr()
+
+    resumed = train_drafter(config.model_copy(update={"resume": True, "max_steps": 5}))
+    err = capsys.readouterr().err
+    assert not marker.exists()
+    assert resumed.resumed_from_step == 1 and resumed.steps == 5
+    assert "skipping checkpoint" in err and "step-00000003/trainer_state.pt: cannot be loaded safely" in err
+    assert "step-00000002/trainer_state.pt: cannot be loaded safely" in err and "resuming from step-00000001" in err
+    assert steps_logged() == [1, 2, 3, 4, 5]  # steps 2 and 3 of the first run are gone, not repeated
+
+    for path in (out / "checkpoints").glob("step-*"):
+        (path / "trainer_state.pt").write_bytes(b"PK\x03\x04 not a checkpoint")
+    with pytest.raises(InputError, match="no intact checkpoint to resume from"):
+        train_drafter(config.model_copy(update={"resume": True, "max_steps": 6}))
+
+
+def test_train_manifest_refuses_a_resume_on_other_data(regenerated, tiny_target_dir, tmp_path):
+    out = tmp_path / "run"
+    config = small_config(tiny_target_dir, regenerated, out, max_steps=1)
+    train_drafter(config)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["stage"] == "train" and manifest["settings"]["block_size"] == 8
+    other = tmp_path / "other-data"
+    shutil.copytree(regenerated, other)
+    with pytest.raises(InputError, match="was written with other settings \\(data: .* -> .*other-data"):
+        train_drafter(config.model_copy(update={"resume": True, "max_steps": 2, "data": other}))
+    assert train_drafter(config.model_copy(update={"resume": True, "max_steps": 2, "data": other, "force_resume": True})).steps == 2

@@ -227,6 +227,11 @@ class _ConversationAccumulator:
             duplicate = np.ones(len(prompts), dtype=bool)
             duplicate[first] = False
             self.checks["duplicate_prompts"].add(int(duplicate.sum()), pick_ids(duplicate))
+        if ids:
+            _, first = np.unique(np.asarray(ids, dtype=object).astype(str), return_index=True)
+            repeated = np.ones(len(ids), dtype=bool)
+            repeated[first] = False
+            self.checks["repeated_ids"].add(int(repeated.sum()), pick_ids(repeated))
 
         self.checks["missing_end_of_turn"].checked = self.any_finish_reason or self.checks["unclosed_thinking"].count > 0
         if not self.checks["missing_end_of_turn"].checked:

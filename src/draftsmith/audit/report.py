@@ -22,6 +22,7 @@ CHECK_DESCRIPTIONS = {
     "length_mismatch": "loss_mask and input_ids lengths differ",
     "duplicate_completions": "completion identical to an earlier sample's",
     "duplicate_prompts": "prompt identical to an earlier sample's",
+    "repeated_ids": "id already used by an earlier sample (train refuses the set)",
     "no_thinking": "no thinking at all (informational)",
     "unclosed_thinking": "<think> opened but never closed (informational)",
     "trainable_count_mismatch": "num_trainable/num_tokens columns disagree with the arrays (informational)",
@@ -40,6 +41,7 @@ GATED_CHECKS = (
     "length_mismatch",
     "duplicate_completions",
     "duplicate_prompts",
+    "repeated_ids",
 )
 #: reported without a gate
 INFO_CHECKS = ("no_thinking", "unclosed_thinking", "trainable_count_mismatch")

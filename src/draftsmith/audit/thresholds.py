@@ -45,6 +45,8 @@ class Thresholds:
     duplicate_completions: float | None = 0.50
     #: prompts identical to an earlier sample's (several answers per prompt can be intended)
     duplicate_prompts: float | None = 0.50
+    #: samples whose id an earlier sample already has: `train` refuses such a set, so any fails
+    repeated_ids: float | None = 0.0
     #: fewer readable samples than this fails (an empty dataset never passes)
     min_samples: int | None = 1
 

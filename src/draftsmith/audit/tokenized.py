@@ -168,6 +168,7 @@ class _Accumulator:
             "length_mismatch": Check("length_mismatch"),
             "duplicate_completions": Check("duplicate_completions"),
             "duplicate_prompts": Check("duplicate_prompts"),
+            "repeated_ids": Check("repeated_ids"),
             "no_thinking": Check("no_thinking", checked=has_tokenizer and tokenizer.think_open is not None),
             "unclosed_thinking": Check("unclosed_thinking", checked=has_tokenizer and tokenizer.think_open is not None),
             "trainable_count_mismatch": Check("trainable_count_mismatch"),
@@ -500,6 +501,18 @@ class _Accumulator:
             out.append(f"#{row}" if ids is None else str(ids[local].as_py()))
         return out
 
+    def _repeated_ids(self) -> None:
+        chunks = [ids for ids in self.ids if ids is not None]
+        check = self.checks["repeated_ids"]
+        if not chunks:
+            check.checked, check.note = False, "no id column"
+            return
+        every = pa.chunked_array(chunks, type=pa.string()).combine_chunks()
+        counts = pc.value_counts(every)
+        repeated = counts.filter(pc.greater(counts.field("counts"), 1))
+        extra = int(pc.sum(pc.subtract(repeated.field("counts"), 1)).as_py() or 0)
+        check.add(extra, [str(value) for value in repeated.field("values").to_pylist()[:EXAMPLES]])
+
     def finish(self, paths, thresholds: Thresholds, settings: dict[str, Any]) -> AuditReport:
         concat = lambda parts, dtype: np.concatenate(parts) if parts else np.zeros(0, dtype)  # noqa: E731
         rows = concat(self.good_index, np.int64)
@@ -554,6 +567,7 @@ class _Accumulator:
             duplicate = np.ones(len(prompts), dtype=bool)
             duplicate[first] = False
             self.checks["duplicate_prompts"].add(int(duplicate.sum()), self.ids_of(rows[duplicate]))
+        self._repeated_ids()
 
         return AuditReport(
             input_kind="tokenized",

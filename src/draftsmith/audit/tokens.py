@@ -44,8 +44,11 @@ def load_tokenizer(tokenizer: Any) -> TokenizerInfo:
     if isinstance(tokenizer, (str, Path)):
         from transformers import AutoTokenizer
 
+        from draftsmith.core.paths import dir_or_hub_id
+
+        source = dir_or_hub_id(tokenizer, "--tokenizer")
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
+            tokenizer = AutoTokenizer.from_pretrained(source)
         except Exception as error:  # transformers raises many types for an unusable dir
             raise InputError(f"{name}: cannot load a tokenizer ({type(error).__name__}: {error})") from None
     return describe_tokenizer(tokenizer, str(name))

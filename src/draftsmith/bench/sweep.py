@@ -27,6 +27,7 @@ from pydantic.dataclasses import dataclass as config_dataclass
 
 from draftsmith.core.config import cli
 from draftsmith.core.errors import DraftsmithError, InputError
+from draftsmith.core.redact import redact_url
 from draftsmith.client.chat import (
     ChatClient,
     ClientError,
@@ -160,9 +161,9 @@ async def _describe_endpoint(client: ChatClient, base: str) -> tuple[str, str]:
     try:
         status, body = await client.get_json(base + "/v1/models")
     except EndpointConnectionError as error:
-        raise DraftsmithError(f"bench: cannot reach {base} ({error})") from None
+        raise DraftsmithError(f"bench: cannot reach {redact_url(base)} ({error})") from None
     if status != 200 or not isinstance(body, dict) or not body.get("data"):
-        raise DraftsmithError(f"bench: {base}/v1/models answered HTTP {status}; pass --model and --engine")
+        raise DraftsmithError(f"bench: {redact_url(base)}/v1/models answered HTTP {status}; pass --model and --engine")
     entry = body["data"][0]
     return str(entry.get("id")), str(entry.get("owned_by") or "unknown")
 
@@ -236,7 +237,7 @@ async def arun_bench(config: BenchConfig, log: Callable[[str], None] = lambda me
             log(f"concurrency {concurrency}: {level.output_tokens_per_s:,.0f} out tok/s, "
                 f"{level.requests_per_s:,.2f} req/s, p50 {level.latency_p50_s:.3f}s")
             results.append(level)
-    return BenchResult(engine=engine, model=model, endpoint=base, max_tokens=config.max_tokens, results=results,
+    return BenchResult(engine=engine, model=model, endpoint=redact_url(base), max_tokens=config.max_tokens, results=results,
                        knee=find_knee(results, config.knee_tolerance), errors=errors)
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import aiohttp
 
+from draftsmith.core.redact import redact, redact_url
 from draftsmith.data.reasoning import extract_reasoning
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -211,7 +212,7 @@ class ChatClient:
             async with self.session.get(url, headers=self.headers, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
                 return response.status, (await response.read()).decode("utf-8", "replace")
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError, asyncio.TimeoutError) as error:
-            raise EndpointConnectionError(f"{url}: {type(error).__name__}: {error}") from None
+            raise EndpointConnectionError(f"{redact_url(url)}: {type(error).__name__}: {redact(str(error))}") from None
 
     async def get_json(self, url: str, timeout_s: float = 5.0) -> tuple[int, Any]:
         """GET ``url``; returns (status, parsed JSON or None). Raises ``EndpointConnectionError``."""
@@ -260,13 +261,13 @@ class ChatClient:
                     return await self._read_stream(response, start)
                 raw = await response.read()
         except asyncio.TimeoutError:  # before ClientConnectionError: aiohttp's ServerTimeoutError is both
-            raise RequestTimeout(f"{base_url}: no complete answer within {self.timeout_s:g}s") from None
+            raise RequestTimeout(f"{redact_url(base_url)}: no complete answer within {self.timeout_s:g}s") from None
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError) as error:
-            raise EndpointConnectionError(f"{base_url}: {type(error).__name__}: {error}") from None
+            raise EndpointConnectionError(f"{redact_url(base_url)}: {type(error).__name__}: {redact(str(error))}") from None
         try:
             body = json.loads(raw)
         except json.JSONDecodeError:
-            raise ResponseFormatError(f"{base_url}: response is not JSON: {raw[:200]!r}") from None
+            raise ResponseFormatError(f"{redact_url(base_url)}: response is not JSON: {raw[:200]!r}") from None
         return parse_chat_response(body, time.perf_counter() - start)
 
     async def _read_stream(self, response: aiohttp.ClientResponse, start: float) -> ChatResult:

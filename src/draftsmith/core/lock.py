@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.paths import require_output_dir
 
 LOCK_NAME = ".draftsmith.lock"
 
@@ -50,6 +51,8 @@ class DirectoryLock:
         self._fd: int | None = None
 
     def acquire(self) -> DirectoryLock:
+        require_output_dir(self.directory, "output directory")
+        require_output_dir(self.path.parent, "lock directory")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:

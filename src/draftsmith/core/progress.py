@@ -140,6 +140,9 @@ class Progress:
 
     def __exit__(self, *exc: Any) -> None:
         if self._live is not None:
+            if exc and exc[0] is not None:
+                # A failed run leaves its one error line on stderr, not a half-drawn bar above it.
+                self._live.transient = True
             self._live.__exit__(*exc)
             self._live = None
 

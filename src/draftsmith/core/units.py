@@ -61,7 +61,17 @@ _MAGNITUDE_WORD_RE = re.compile(r"\s*\b(thousand|million|billion|trillion)\b", r
 _TPS_RE = re.compile(rf"^\s*(?P<number>{_NUMBER})\s*(?P<suffix>[kKmMbBgGtT])?\s*tps\s*$", re.IGNORECASE)
 
 
+# Commas are accepted only as thousands separators in groups of three ("1,600", "12,345,678"):
+# anything else ("1,5k") is a decimal comma to one reader and a separator to another, 1000x apart.
+_GROUPED_RE = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?(?:[eE][+-]?\d+)?$")
+
+
 def _parse_number(text: str, original: str, what: str) -> float:
+    if "," in text and not _GROUPED_RE.match(text):
+        raise InputError(
+            f"{what} {original!r}: {text!r} is ambiguous: a comma may be a decimal point or a thousands "
+            f"separator; write {text.replace(',', '.')!r} or {text.replace(',', '')!r}"
+        )
     cleaned = text.replace(",", "").replace("_", "")
     try:
         value = float(cleaned)

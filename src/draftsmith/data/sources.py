@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.lines import OversizedLine, iter_lines
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz", ".json.gz")
 JSON_SUFFIXES = (".json",)
@@ -39,6 +40,8 @@ class Record:
     where: str
     line: str | None = None
     row: Any = None
+    oversized: int | None = None
+    """Bytes of a JSONL line over the row-size limit: it was measured and skipped, never read whole."""
 
     def parse(self) -> Any:
         """The decoded row, or an `InputError` naming its file and line."""
@@ -225,8 +228,9 @@ def table_batches(path: Path, columns: list[str] | None = None, batch_size: int 
             yield batch.slice(start, batch_size)
 
 
-def iter_records(files: Iterable[Path]) -> Iterator[Record]:
-    """Every row of every file, file after file, without parsing JSON lines."""
+def iter_records(files: Iterable[Path], max_row_bytes: int | None = None) -> Iterator[Record]:
+    """Every row of every file, file after file, without parsing JSON lines (a JSONL line over
+    `max_row_bytes` comes back as a `Record` with only `oversized` set)."""
     for path in files:
         kind = suffix_of(path)
         if kind in TABLE_SUFFIXES:
@@ -240,13 +244,16 @@ def iter_records(files: Iterable[Path]) -> Iterator[Record]:
                 rows = json.loads(path.read_text(encoding="utf-8"))
             except json.JSONDecodeError as error:
                 raise InputError(f"{path}:{error.lineno}: invalid JSON: {error.msg} at column {error.colno}") from None
+            except UnicodeDecodeError as error:
+                raise InputError(f"{path}: not valid UTF-8 (byte {error.start} of the file)") from None
             for index, row in enumerate(rows):
                 yield Record(f"{path}: row {index}", row=row)
         else:
-            with _open_text(path) as handle:
-                for number, line in enumerate(handle, start=1):
-                    if line.strip():
-                        yield Record(f"{path}:{number}", line=line)
+            for number, line in iter_lines(path, max_row_bytes):
+                if isinstance(line, OversizedLine):
+                    yield Record(f"{path}:{number}", oversized=line.size)
+                else:
+                    yield Record(f"{path}:{number}", line=line)
 
 
 def count_records(files: Iterable[Path]) -> int:
@@ -261,7 +268,8 @@ def count_records(files: Iterable[Path]) -> int:
         elif kind in JSON_SUFFIXES and _is_json_array(path):
             total += sum(1 for _ in iter_records([path]))
         else:
-            with _open_text(path) as handle:
+            # Bytes: counting must not fail on (or decode) what the reader reports line by line.
+            with gzip.open(path, "rb") if path.name.lower().endswith(".gz") else path.open("rb") as handle:
                 total += sum(1 for line in handle if line.strip())
     return total
 

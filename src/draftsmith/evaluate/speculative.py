@@ -26,6 +26,7 @@ import torch
 from transformers import DynamicCache
 
 from draftsmith.core.errors import DraftsmithError, InputError
+from draftsmith.core.paths import require_dir
 from draftsmith.model import (
     DFlashDraftModel,
     LayerFeatureTap,
@@ -412,15 +413,23 @@ def evaluate_drafter(
 
     from draftsmith.evaluate.prompts import Prompt, prompt_from_row, read_prompts
 
+    if max_new_tokens < 1:
+        raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    # Bad prompts or a broken drafter are reported before the target spends seconds loading.
+    drafter_from_path = isinstance(drafter, (str, Path))
+    if drafter_from_path:
+        drafter = load_drafter(drafter)
     if isinstance(target, (str, Path)):
-        target_path = Path(target)
+        target_path = require_dir(target, "--target")
         if not (target_path / "config.json").is_file():
             raise InputError(f"{target_path}: not a model directory (no config.json)")
+        if isinstance(prompts, (str, Path)):
+            prompts = read_prompts(prompts, limit=limit)
         tokenizer = tokenizer or AutoTokenizer.from_pretrained(target_path)
         target = AutoModelForCausalLM.from_pretrained(target_path, dtype=dtype)
     target = target.eval()
-    if isinstance(drafter, (str, Path)):
-        drafter = load_drafter(drafter, dtype=next(target.parameters()).dtype)
+    if drafter_from_path:
+        drafter = drafter.to(next(target.parameters()).dtype)
     drafter = drafter.eval()
     if max_new_tokens < 1:
         raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")

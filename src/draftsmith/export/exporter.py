@@ -19,6 +19,7 @@ import torch
 
 from draftsmith.core.config import torch_dtype
 from draftsmith.core.errors import InputError
+from draftsmith.core.paths import require_output_dir
 from draftsmith.core.io import publish
 from draftsmith.core.lock import lock_directory
 from draftsmith.model import CONFIG_NAME, DFlashDraftModel, feature_definition_warning, load_drafter, save_drafter
@@ -155,7 +156,7 @@ def export_drafter(
     check_reference: bool = True,
 ) -> ExportResult:
     """Write the serving checkpoint for `drafter` (a directory, train output dir, or model) to `out`."""
-    out = Path(out)
+    out = require_output_dir(out, "--out")
     # `out` itself is replaced by a rename at the end, so its lock lives next to it.
     with lock_directory(out, "export", lock_file=out.parent / f".{out.name}.draftsmith.lock"):
         return _export(drafter, out, dtype, overwrite, check_reference)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from draftsmith.client.chat import ChatClient, EndpointConnectionError, normalize_base_url
+from draftsmith.core.redact import redact_url
 
 
 @dataclass
@@ -36,6 +37,11 @@ class Endpoint:
     last_error: str | None = None
     inflight: set = field(default_factory=set)
     """The asyncio tasks currently running a request on this endpoint."""
+    label: str = ""
+    """`url` as shown in rows, files and logs: credentials in it masked."""
+
+    def __post_init__(self) -> None:
+        self.label = redact_url(self.url)
 
     def load(self) -> float:
         return self.outstanding_work / self.capacity
@@ -125,7 +131,7 @@ class Dispatcher:
         endpoint.healthy = False
         endpoint.down_since = time.monotonic()
         endpoint.last_error = reason
-        self.log(f"endpoint {endpoint.url} is down ({reason}); requeueing its {endpoint.outstanding} requests")
+        self.log(f"endpoint {endpoint.label} is down ({reason}); requeueing its {endpoint.outstanding} requests")
         self.on_down(endpoint)
         self.on_change()
 
@@ -135,7 +141,7 @@ class Dispatcher:
         endpoint.healthy = True
         down_for = time.monotonic() - (endpoint.down_since or time.monotonic())
         endpoint.down_since = None
-        self.log(f"endpoint {endpoint.url} is back after {down_for:.1f}s")
+        self.log(f"endpoint {endpoint.label} is back after {down_for:.1f}s")
         self.on_change()
 
     def suspect(self, endpoint: Endpoint, reason: str) -> None:

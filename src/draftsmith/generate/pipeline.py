@@ -26,6 +26,9 @@ from pydantic.dataclasses import dataclass as config_dataclass
 
 from draftsmith.core.config import cli
 from draftsmith.core.errors import DraftsmithError, InputError
+from draftsmith.core.manifest import check_manifest
+from draftsmith.core.paths import require_output_dir
+from draftsmith.core.redact import redact
 from draftsmith.core.lock import lock_directory
 from draftsmith.core.progress import Progress
 from draftsmith.client.chat import (
@@ -107,6 +110,13 @@ class GenerateConfig:
     api_key: Annotated[str | None, cli(envvar="OPENAI_API_KEY")] = None
     """Bearer token, if the engine needs one."""
     fsync_interval_s: float = 1.0
+    force_resume: bool = False
+    """Resume into an output written with other settings (model, sampling, template kwargs, max tokens)."""
+
+    def output_settings(self, model: str) -> dict[str, Any]:
+        """What shapes the rows: a resume with other values would mix two datasets in one directory."""
+        return {"model": model, "max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p,
+                "seed": self.seed, "chat_template_kwargs": self.chat_template_kwargs, "extra_body": self.extra_body}
 
     split: str | None = None
     """The DatasetDict split to read (default: train, else the only one)."""
@@ -233,6 +243,7 @@ class _Run:
         self.unresolved: set[str] = set()
         self.attempts: dict[str, int] = {}
         self.connection_errors: dict[str, int] = {}
+        self.tries: dict[str, int] = {}  # requests of a sample that came back (cancelled ones do not count)
         self.inflight: dict[asyncio.Task, tuple[PromptSample, Endpoint, float]] = {}
         self.timers = 0
         self.wake = asyncio.Event()
@@ -339,6 +350,7 @@ class _Run:
             kind, value, retry_after = task.result()
         except Exception as error:  # a bug, not the endpoint's fault: record it, never drop the sample
             kind, value, retry_after = "fail", error, None
+        self.tries[sample.id] = self.tries.get(sample.id, 0) + 1
         if self.stopping:
             if kind == "ok":
                 self._complete(sample, endpoint, value)
@@ -378,8 +390,8 @@ class _Run:
             self._fail(sample, message, endpoint)
 
     def _fail(self, sample: PromptSample, reason: str, endpoint: Endpoint | None) -> None:
-        attempts = self.attempts.get(sample.id, 0) + self.connection_errors.get(sample.id, 0) + 1
-        self.store.write_failure(sample.id, reason, attempts, endpoint.url if endpoint else None)
+        reason = redact(reason)  # an unexpected error's text may quote the URL it was sent to
+        self.store.write_failure(sample.id, reason, self.tries.get(sample.id, 0), endpoint.label if endpoint else None)
         self.unresolved.discard(sample.id)
         self.failed += 1
         self.progress.failed += 1
@@ -397,7 +409,7 @@ class _Run:
             prompt_token_ids=result.prompt_token_ids,
             completion_token_ids=result.completion_token_ids,
             model=result.model or self.model,
-            endpoint=endpoint.url,
+            endpoint=endpoint.label,
             latency_s=round(result.latency_s, 4),
         )
         if not self.store.write_row(row):
@@ -457,7 +469,7 @@ class _Run:
                 if endpoint is None:
                     since = self.dispatcher.all_down_since()
                     if since is not None and time.monotonic() - since > self.config.endpoint_wait_s:
-                        reasons = "; ".join(f"{e.url}: {e.last_error}" for e in self.dispatcher.endpoints)
+                        reasons = "; ".join(f"{e.label}: {e.last_error}" for e in self.dispatcher.endpoints)
                         self._stop(f"no endpoint healthy for {self.config.endpoint_wait_s:g}s ({reasons})")
                         break
                     await self._wait()
@@ -500,7 +512,7 @@ async def _wait_for_endpoints(dispatcher: Dispatcher, wait_s: float, log) -> Non
         if dispatcher.healthy_count:
             return
         now = time.monotonic()
-        reasons = "; ".join(f"{e.url}: {e.last_error}" for e in dispatcher.endpoints)
+        reasons = "; ".join(f"{e.label}: {e.last_error}" for e in dispatcher.endpoints)
         if now >= deadline:
             raise DraftsmithError(f"no endpoint became healthy within {wait_s:g}s ({reasons})")
         if now - last_log > 10:
@@ -529,6 +541,7 @@ async def agenerate(config: GenerateConfig, log: Callable[[str], None] | None = 
     ``summary.stopped_reason`` say what happened (the CLI turns it into exit code 3).
     """
     config.validate()
+    require_output_dir(config.output_dir, "--output")
     # One writer per shard of an output directory: two runs of one shard would duplicate rows, while
     # different shards (other nodes) may share the directory.
     tag = shard_tag(config.shard_index, config.shard_count)
@@ -547,6 +560,9 @@ async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) 
 
     started = time.monotonic()
     samples, duplicate_ids = load_prompts(config.inputs, config.split)
+    if not samples:
+        shown = config.inputs if isinstance(config.inputs, (str, Path)) else ", ".join(map(str, config.inputs))
+        raise InputError(f"{shown}: no prompts (the input is empty)")
     count = config.shard_count
     if count > 1:
         samples = [s for s in samples if shard_of(s.id, count) == config.shard_index]
@@ -595,6 +611,7 @@ async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) 
                            log=log)
         await _wait_for_endpoints(probe, config.endpoint_wait_s, log)
         model = config.model or await _discover_model(client, probe)
+        check_manifest(store.directory, "generate", config.output_settings(model), force=config.force_resume, log=log)
         run = _Run(config, client, store, model, progress, guard, log)
         for fresh, checked in zip(run.dispatcher.endpoints, probe.endpoints):
             fresh.healthy, fresh.last_error = checked.healthy, checked.last_error
@@ -619,7 +636,7 @@ async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) 
             summary.model = model
             summary.rows_file = str(store.rows_path) if store.rows_path and store.rows_path.exists() else None
             summary.endpoints = [
-                {"url": e.url, "healthy": e.healthy, "completed": e.completed, "errors": e.failed,
+                {"url": e.label, "healthy": e.healthy, "completed": e.completed, "errors": e.failed,
                  "last_error": e.last_error}
                 for e in run.dispatcher.endpoints
             ]

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from draftsmith.core.errors import InputError
@@ -136,6 +136,15 @@ def load_drafter_config(path: str | os.PathLike) -> DFlashConfig:
     return DFlashConfig.from_dict(raw)
 
 
+def read_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """All tensors of one safetensors file; a truncated or corrupt file is an `InputError` naming it."""
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return {name: handle.get_tensor(name) for name in handle.keys()}
+    except SafetensorError as error:
+        raise InputError(f"{path}: not a readable safetensors file, truncated or corrupt ({error})") from None
+
+
 def load_drafter(
     path: str | os.PathLike,
     dtype: torch.dtype | None = None,
@@ -149,9 +158,7 @@ def load_drafter(
         raise InputError(f"{path}: no *.safetensors weights next to config.json")
     state: dict[str, torch.Tensor] = {}
     for weight_file in weight_files:
-        with safe_open(str(weight_file), framework="pt") as handle:
-            for name in handle.keys():
-                state[name] = handle.get_tensor(name)
+        state.update(read_safetensors(weight_file))
 
     expected = expected_weight_names(config)
     # Some exporters keep the frozen target tensors or a `model.` prefix; neither is ours to load.

@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.lines import decode_line, iter_lines
 
 TAIL_FRACTION = 0.10
 _PARQUET_SUFFIXES = {".parquet", ".pq"}
@@ -151,37 +152,36 @@ def _load_jsonl(path: Path, column: str | None) -> list[float]:
         raise InputError(f"{path}: name the field holding lengths, e.g. {path}:completion_tokens")
     keys = column.split(".")
     values: list[float] = []
-    with path.open(encoding="utf-8") as handle:
+    with path.open("rb") as handle:
         first = handle.read(1)
-        handle.seek(0)
-        if path.suffix.lower() == ".json" and first == "[":
+    if path.suffix.lower() == ".json" and first == b"[":
+        try:
+            rows = json.loads(decode_line(path.read_bytes(), str(path)))
+        except json.JSONDecodeError as error:
+            raise InputError(f"{path}: invalid JSON ({error})") from None
+        numbered: Any = enumerate(rows, start=1)
+        label = "item"
+    else:
+        numbered = iter_lines(path)
+        label = "line"
+    for number, item in numbered:
+        if isinstance(item, str):
+            if not item.strip():
+                continue
             try:
-                rows = json.load(handle)
+                item = json.loads(item)
             except json.JSONDecodeError as error:
-                raise InputError(f"{path}: invalid JSON ({error})") from None
-            numbered = enumerate(rows, start=1)
-            label = "item"
-        else:
-            numbered = ((number, line) for number, line in enumerate(handle, start=1))
-            label = "line"
-        for number, item in numbered:
-            if isinstance(item, str):
-                if not item.strip():
-                    continue
-                try:
-                    item = json.loads(item)
-                except json.JSONDecodeError as error:
-                    raise InputError(f"{path}:{number}: invalid JSON ({error.msg})") from None
-            value: Any = item
-            for key in keys:
-                if not isinstance(value, dict):
-                    raise InputError(f"{path} {label} {number}: expected an object with field {column!r}")
-                if key not in value:
-                    raise InputError(f"{path} {label} {number}: no field {column!r}")
-                value = value[key]
-            length = _as_length(value, f"{path} {label} {number} field {column!r}")
-            if length is not None:
-                values.append(length)
+                raise InputError(f"{path}:{number}: invalid JSON ({error.msg})") from None
+        value: Any = item
+        for key in keys:
+            if not isinstance(value, dict):
+                raise InputError(f"{path} {label} {number}: expected an object with field {column!r}")
+            if key not in value:
+                raise InputError(f"{path} {label} {number}: no field {column!r}")
+            value = value[key]
+        length = _as_length(value, f"{path} {label} {number} field {column!r}")
+        if length is not None:
+            values.append(length)
     return values
 
 

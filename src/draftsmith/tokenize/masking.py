@@ -66,7 +66,7 @@ GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
 PROBE_CONTENTS = ("A", "B")
 
 # Drop reasons. Policy drops are choices the user made; the others are data or template problems.
-POLICY_REASONS = frozenset({"finish_reason_length", "overflow", "truncated_no_trainable", "duplicate_id"})
+POLICY_REASONS = frozenset({"finish_reason_length", "overflow", "truncated_no_trainable", "duplicate_id", "row_too_large"})
 
 
 def wrote_think_block(message: dict[str, Any]) -> bool:
@@ -128,8 +128,11 @@ def load_tokenizer(tokenizer_path: str | Path):
     """A fast tokenizer with a chat template (offsets are needed to map characters to tokens)."""
     from transformers import AutoTokenizer
 
+    from draftsmith.core.paths import dir_or_hub_id
+
+    source = dir_or_hub_id(tokenizer_path, "--tokenizer")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path))
+        tokenizer = AutoTokenizer.from_pretrained(source)
     except Exception as error:
         raise InputError(f"{tokenizer_path}: cannot load a tokenizer: {error}") from error
     if not getattr(tokenizer, "is_fast", False):

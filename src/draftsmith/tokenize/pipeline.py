@@ -21,6 +21,8 @@ from pydantic import BaseModel, Field
 
 from draftsmith.core.config import cli
 from draftsmith.core.errors import DraftsmithError, InputError
+from draftsmith.core.manifest import MANIFEST_NAME, check_manifest, set_complete, tokenizer_fingerprint
+from draftsmith.core.paths import require_output_dir
 from draftsmith.core.io import write_json_atomic
 from draftsmith.core.lock import lock_directory
 from draftsmith.core.progress import Progress
@@ -31,6 +33,9 @@ from draftsmith.data.sources import Record, count_records, iter_records, resolve
 from draftsmith.data.tokenized import SUMMARY_NAME, ShardWriter, prepare_output_dir, written_ids
 
 EXAMPLES_PER_REASON = 3
+# A row this long is not a training sample but a mistake (a whole file pasted into a turn), and
+# tokenizing it with offsets costs ~200x its size in memory: 50 MB took 10 GB.
+DEFAULT_MAX_ROW_BYTES = 16 * 1024 * 1024
 # Give up early when a template cannot mask anything: no point tokenizing a million rows to drop them.
 FAIL_FAST_ROWS = 256
 
@@ -73,6 +78,16 @@ class TokenizeOptions(BaseModel):
     )
     progress: bool = Field(True, description="show a progress bar")
     split: str | None = Field(None, description="DatasetDict split to read (default: train, else the only one)")
+    force_resume: bool = Field(False, description="resume into --out although it was written with other settings")
+    max_row_bytes: int | None = Field(
+        DEFAULT_MAX_ROW_BYTES, ge=1, description="JSONL rows longer than this are dropped unread (counted as row_too_large)"
+    )
+
+    def output_settings(self) -> dict[str, Any]:
+        """The options that shape the rows (a resume with others would mix two datasets)."""
+        keys = ("train_turns", "length_policy", "max_length", "overflow", "use_engine_token_ids",
+                "use_generation_markers", "end_of_turn_tokens", "chat_template_kwargs")  # fmt: skip
+        return self.model_dump(mode="json", include=set(keys))
 
     def masker_config(self) -> MaskerConfig:
         return MaskerConfig(
@@ -216,6 +231,9 @@ def process_chunk(
     assert masker is not None, "process_chunk needs a masker (workers get one from _init_worker)"
     result = ChunkResult()
     for record in records:
+        if record.oversized is not None:
+            result.drops.append(("row_too_large", "?", record.where, f"{record.oversized:,} bytes"))
+            continue
         row = masker_row(record)  # InputError propagates: malformed input stops the run
         if row["id"] in skip_ids:
             result.skipped += 1
@@ -290,6 +308,7 @@ def tokenize_dataset(
     and `tokenize_summary.json` are written either way. A second run on the same `output_dir`
     while this one holds it is refused.
     """
+    require_output_dir(output_dir, "--out")
     with lock_directory(output_dir, "tokenize"):
         return _tokenize_dataset(inputs, tokenizer_path, output_dir, options)
 
@@ -310,6 +329,11 @@ def _tokenize_dataset(
     tokenizer_path = str(tokenizer_path)
     masker = ChatMasker.from_path(tokenizer_path, options.masker_config())  # a bad tokenizer fails here
     existing = prepare_output_dir(output, options.overwrite, options.resume)
+    if not existing:  # nothing kept from an earlier run: its settings do not matter
+        (output / MANIFEST_NAME).unlink(missing_ok=True)
+    settings = {"tokenizer": tokenizer_fingerprint(tokenizer_path), **options.output_settings()}
+    check_manifest(output, "tokenize", settings, force=options.force_resume)
+    set_complete(output, False)  # until the summary is written; train refuses the shards before
     skip_ids = frozenset(written_ids(output, existing))
     workers = options.workers or max(1, min(os.cpu_count() or 1, 8))
 
@@ -326,6 +350,8 @@ def _tokenize_dataset(
     writer = ShardWriter(output, options.rows_per_shard, existing)
     started = time.perf_counter()
     total = count_records(paths) if options.progress else None
+    if total == 0:  # said before a progress bar is drawn, so the error is the only line
+        raise InputError(f"{', '.join(summary.inputs)}: no rows to tokenize")
 
     def drop(reason: str, row_id: str, where: str, detail: str) -> None:
         dropped[reason] += 1
@@ -338,7 +364,7 @@ def _tokenize_dataset(
         if pool is not None:
             stack.callback(pool.shutdown, wait=True, cancel_futures=True)
         progress = stack.enter_context(Progress("tokenize", total, unit="rows", enabled=options.progress))
-        chunks = _chunked(iter_records(paths), options.chunk_size)
+        chunks = _chunked(iter_records(paths, options.max_row_bytes), options.chunk_size)
         for result in _run_chunks(chunks, pool, masker, workers, skip_ids):
             summary.skipped_already_written += result.skipped
             for reason, row_id, where, detail in result.drops:
@@ -384,6 +410,7 @@ def _finish(summary: TokenizeSummary, writer: ShardWriter, by_method: Counter, s
     summary.elapsed_s = round(time.perf_counter() - started, 3)
     summary.samples_per_s = round(summary.input_rows / summary.elapsed_s, 1) if summary.elapsed_s else 0.0
     write_json_atomic(output / SUMMARY_NAME, summary.to_dict())
+    set_complete(output, True)
 
 
 def _error_message(summary: TokenizeSummary, early: bool) -> str:

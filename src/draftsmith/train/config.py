@@ -54,6 +54,7 @@ class TrainConfig(BaseModel):
     save_every: int = Field(0, ge=0, description="checkpoint every N steps (0: at each epoch end)")
     keep_checkpoints: int = Field(2, ge=1)
     resume: bool = Field(False, description="continue from the latest checkpoint in --out")
+    force_resume: bool = Field(False, description="resume although --target or --data differ from the run's manifest")
     log_every: int = Field(10, ge=1)
     progress: bool = Field(True, description="show a progress bar (otherwise log lines)")
     report_to: Literal["none", "tensorboard", "wandb"] = Field(

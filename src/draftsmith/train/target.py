@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.paths import require_dir
 
 EMBED_KEYS = ("model.embed_tokens.weight", "embed_tokens.weight", "model.language_model.embed_tokens.weight")
 HEAD_KEYS = ("lm_head.weight",)
@@ -18,6 +19,7 @@ HEAD_KEYS = ("lm_head.weight",)
 def load_target_config(target_dir: Path):
     from transformers import AutoConfig
 
+    require_dir(target_dir, "--target")
     if not (Path(target_dir) / "config.json").exists():
         raise InputError(f"{target_dir}: no config.json; --target must be a Hugging Face model directory")
     return AutoConfig.from_pretrained(target_dir)

@@ -38,9 +38,12 @@ from draftsmith.core.io import publish, write_json_atomic
 from draftsmith.core.lock import lock_directory
 from draftsmith.core.progress import Progress
 from draftsmith.core.errors import InputError
+from draftsmith.core.manifest import MANIFEST_NAME, check_manifest, require_complete, tokenizer_fingerprint
+from draftsmith.core.paths import require_output_dir
 from draftsmith.train.anchors import anchor_generator, sample_anchors, valid_anchor_positions
 from draftsmith.train.blocks import BlockBatch, build_block_batch
 from draftsmith.data.tokenized import TokenizedDataset, load_tokenized
+from draftsmith.train.checkpoints import CHECKPOINT_DIR, STATE_FILE, cut_log, newest_intact_checkpoint, numpy_rng_state, set_numpy_rng_state
 from draftsmith.train.config import TrainConfig
 from draftsmith.train.data import check_vocabulary
 from draftsmith.train.distributed import (
@@ -55,9 +58,7 @@ from draftsmith.train.distributed import (
 from draftsmith.train.loss import default_gamma, dflash_loss_from_hidden, position_weights
 from draftsmith.train.reporting import check_report_to, make_reporter
 
-CHECKPOINT_DIR = "checkpoints"
 FINAL_DIR = "drafter"
-STATE_FILE = "trainer_state.pt"
 LOG_FILE = "train_log.jsonl"
 
 
@@ -249,7 +250,7 @@ class DrafterTrainer:
 
 def _set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    set_numpy_rng_state(state["numpy"])
     torch.set_rng_state(state["torch"])
     if torch.cuda.is_available() and state.get("cuda") is not None:
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -258,7 +259,7 @@ def _set_rng_state(state: dict) -> None:
 def _rng_state() -> dict:
     return {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": numpy_rng_state(),
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
     }
@@ -303,9 +304,13 @@ def _save_checkpoint(trainer: DrafterTrainer, optimizer, scheduler, state: dict,
     return final
 
 
+# These change what the saved optimizer state and data position mean. `epochs` and `max_steps`
+# only say where to stop, so a finished run can be extended by raising them.
+RESUME_KEYS = ("block_size", "num_draft_layers", "target_layer_ids", "num_features", "num_anchors", "max_length", "batch_size", "grad_accum", "seed")
+
+
 def _check_resume_config(saved: dict, config: TrainConfig, checkpoint: Path) -> None:
-    # These change what the saved optimizer state and data position mean.
-    keys = ["block_size", "num_draft_layers", "target_layer_ids", "num_features", "num_anchors", "max_length", "batch_size", "grad_accum", "seed", "epochs", "max_steps"]
+    keys = RESUME_KEYS
     current = config.model_dump(mode="json")
     different = [key for key in keys if saved.get(key) != current.get(key)]
     if different:
@@ -321,6 +326,7 @@ def train_drafter(config: TrainConfig) -> TrainResult:
     check_report_to(config.report_to)  # before anything is loaded or --out is made
     if config.num_threads is not None:
         torch.set_num_threads(config.num_threads)
+    require_output_dir(config.out, "--out")
     context = init_distributed(config.device)
     try:
         # Every rank of one run writes --out; only the main rank holds its lock against other runs.
@@ -333,12 +339,23 @@ def train_drafter(config: TrainConfig) -> TrainResult:
 def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> TrainResult:
     started = time.perf_counter()
     out_dir = Path(config.out)
+    require_complete(config.data, "the tokenized set", "rerun `draftsmith tokenize --resume` to finish it")
     dataset = load_tokenized(config.data, max_length=config.max_length, split=config.split)
     trainable = [index for index, sample in enumerate(dataset.samples) if valid_anchor_positions(torch.from_numpy(sample.loss_mask)).numel() > 0]
     if not trainable:
         raise InputError(f"{config.data}: no sample has two consecutive loss-mask tokens, nothing to train on")
     if not config.resume and latest_checkpoint(out_dir) is not None:
         raise InputError(f"{out_dir}: holds checkpoints already; pass --resume to continue or use a new --out")
+    # Before the target loads: a run with no usable checkpoint is told so at once.
+    found = newest_intact_checkpoint(out_dir) if config.resume else None
+    if found is not None:
+        _check_resume_config(found[1]["config"], config, found[0])
+    if context.is_main:
+        if found is None:  # a fresh run: whatever an earlier, checkpoint-less attempt recorded is moot
+            (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
+        settings = {"target": tokenizer_fingerprint(config.target), "data": str(Path(config.data).resolve()),
+                    **config.model_dump(mode="json", include=set(RESUME_KEYS) | {"lr", "gamma", "mask_token_id"})}  # fmt: skip
+        check_manifest(out_dir, "train", settings, force=config.force_resume)
     trainer = DrafterTrainer(config, context, dataset)
     drafter = trainer.drafter
     if context.enabled:
@@ -371,10 +388,8 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
     resumed_from = None
     losses: list[tuple[int, float]] = []
     if config.resume:
-        checkpoint = latest_checkpoint(out_dir)
-        if checkpoint is not None:
-            saved = torch.load(checkpoint / STATE_FILE, map_location="cpu", weights_only=False)
-            _check_resume_config(saved["config"], config, checkpoint)
+        if found is not None:
+            checkpoint, saved = found
             trainer.drafter.load_state_dict(saved["drafter_state"])
             optimizer.load_state_dict(saved["optimizer"])
             scheduler.load_state_dict(saved["scheduler"])
@@ -398,6 +413,8 @@ def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> Tr
             + (f"; resuming at step {step}" if resumed_from is not None else ""),
             file=sys.stderr,
         )
+    if context.is_main:
+        cut_log(out_dir / LOG_FILE, step)  # records past the checkpoint would repeat
     log_handle = (out_dir / LOG_FILE).open("a") if context.is_main else None
     reporter = make_reporter(config.report_to if context.is_main else "none", out_dir, config.model_dump(mode="json"))
     progress = Progress("train", total_steps, unit="steps", token_unit="tok", enabled=config.progress and context.is_main,

@@ -1,0 +1,188 @@
+"""Every stage against bad input, as a user meets it: `python -m draftsmith ...` as a real process.
+
+Each case must exit 2 with exactly one stderr line, `draftsmith: error: ...`, that names the file
+(and line or sample where there is one) and the problem; never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def run_cli(args: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(SRC), COLUMNS="200", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    return subprocess.run([sys.executable, "-m", "draftsmith", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)  # fmt: skip
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> str:
+    err = result.stderr
+    assert "Traceback" not in err, err
+    assert result.returncode == 2, (result.returncode, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("draftsmith: error: "), err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def _prompt_row(text: str) -> str:
+    return json.dumps({"messages": [{"role": "user", "content": text}]}) + "\n"
+
+
+def _conversation_row(text: str) -> str:
+    messages = [{"role": "user", "content": text}, {"role": "assistant", "content": "an answer to " + text}]
+    return json.dumps({"id": text, "messages": messages}) + "\n"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, tiny_target_dir) -> dict[str, Path]:
+    """One of each bad input, plus the good parts the stages need around it."""
+    from draftsmith.model import DFlashDraftModel, build_drafter_config, save_drafter
+    from draftsmith.train.target import load_target_config
+
+    root = tmp_path_factory.mktemp("bad")
+    paths = {"root": root, "target": tiny_target_dir}
+    paths["empty"] = root / "empty.jsonl"
+    paths["empty"].write_text("")
+    paths["a_file"] = root / "a_file"
+    paths["a_file"].write_text("not a directory\n")
+    paths["prompts"] = root / "prompts.jsonl"
+    paths["prompts"].write_text(_prompt_row("one") + _prompt_row("two"))
+    paths["conversations"] = root / "conversations.jsonl"
+    paths["conversations"].write_text(_conversation_row("one") + _conversation_row("two"))
+
+    torch.manual_seed(0)
+    config = build_drafter_config(load_target_config(tiny_target_dir), num_draft_layers=1, block_size=4, mask_token_id=3)
+    paths["drafter"] = save_drafter(DFlashDraftModel(config), root / "drafter")
+    truncated = root / "truncated-drafter"
+    truncated.mkdir()
+    (truncated / "config.json").write_bytes((paths["drafter"] / "config.json").read_bytes())
+    weights = (paths["drafter"] / "model.safetensors").read_bytes()
+    (truncated / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    paths["truncated_drafter"] = truncated
+
+    # Invalid UTF-8 on line 2 of an otherwise good file, for every reader of JSONL.
+    paths["bad_utf8_prompts"] = root / "bad-utf8-prompts.jsonl"
+    paths["bad_utf8_prompts"].write_bytes(_prompt_row("one").encode() + b'{"messages": [{"role": "user", "content": "caf\xe9"}]}\n')
+    paths["bad_utf8_conversations"] = root / "bad-utf8-conversations.jsonl"
+    paths["bad_utf8_conversations"].write_bytes(_conversation_row("one").encode() + b'{"id": "x\xff", "messages": []}\n')
+    paths["bad_utf8_lengths"] = root / "bad-utf8-lengths.jsonl"
+    paths["bad_utf8_lengths"].write_bytes(b'{"completion_tokens": 10}\n{"completion_tokens": 12, "note": "\xc3("}\n')
+    paths["messages_number"] = root / "messages-number.jsonl"
+    paths["messages_number"].write_text(_prompt_row("one") + json.dumps({"id": "n", "messages": 3}) + "\n")
+
+    from draftsmith.train.data import write_tokenized
+
+    generator = torch.Generator().manual_seed(0)
+    rows = []
+    for index in range(8):
+        input_ids = torch.randint(10, 200, (24,), generator=generator).tolist()
+        rows.append({"id": f"s{index}", "input_ids": input_ids, "loss_mask": [0] * 8 + [1] * 16, "finish_reason": "stop"})
+    paths["tokenized"] = root / "tokenized"
+    write_tokenized(rows, paths["tokenized"])
+    return paths
+
+
+@pytest.fixture(scope="module")
+def broken_run(files) -> Path:
+    """A training run whose every checkpoint is cut short (a copy that stopped half-way)."""
+    from draftsmith.train import TrainConfig, train_drafter
+
+    out = files["root"] / "broken-run"
+    train_drafter(TrainConfig(target=files["target"], data=files["tokenized"], out=out, block_size=4, num_draft_layers=1,
+                              max_steps=1, batch_size=4, device="cpu", dtype="fp32", num_threads=1, progress=False,
+                              num_anchors=4))  # fmt: skip
+    for state in out.glob("checkpoints/step-*/trainer_state.pt"):
+        state.write_bytes(state.read_bytes()[:1000])
+    return out
+
+
+def _cases() -> list[tuple[str, list[str], tuple[str, ...]]]:
+    # Arguments name fixture files as "{key}"; the expected fragments may too.
+    return [
+        ("plan: a decimal comma", ["plan", "--samples", "914000", "--output-mean", "2500", "--throughput", "1,5k tok/s"],
+         ("'1,5' is ambiguous", "decimal point or a thousands separator")),
+        ("generate: empty input", ["generate", "{empty}", "-o", "{root}/gen-empty", "--no-progress"],
+         ("{empty}: no prompts",)),
+        ("tokenize: missing --tokenizer dir", ["tokenize", "{conversations}", "-t", "{root}/no-such-tokenizer", "-o", "{root}/tok-x"],
+         ("--tokenizer {root}/no-such-tokenizer: no such directory",)),
+        ("eval: missing --target dir", ["eval", "--target", "{root}/no-such-target", "--drafter", "{drafter}", "--prompts", "{prompts}"],
+         ("--target {root}/no-such-target: no such directory",)),
+        ("export: truncated model.safetensors", ["export", "--drafter", "{truncated_drafter}", "--out", "{root}/export-x"],
+         ("{truncated_drafter}/model.safetensors: not a readable safetensors file",)),
+        ("eval: truncated model.safetensors", ["eval", "--target", "{target}", "--drafter", "{truncated_drafter}", "--prompts", "{prompts}"],
+         ("{truncated_drafter}/model.safetensors: not a readable safetensors file",)),
+        # Invalid UTF-8 in JSONL, for every stage that reads it.
+        ("generate: invalid UTF-8", ["generate", "{bad_utf8_prompts}", "-o", "{root}/gen-utf8", "--no-progress"],
+         ("{bad_utf8_prompts}:2", "UTF-8")),
+        ("tokenize: invalid UTF-8", ["tokenize", "{bad_utf8_conversations}", "-t", "{target}", "-o", "{root}/tok-utf8"],
+         ("{bad_utf8_conversations}:2", "UTF-8")),
+        ("bench: invalid UTF-8", ["bench", "{bad_utf8_prompts}", "-e", "http://127.0.0.1:9", "-o", "{root}/bench.json"],
+         ("{bad_utf8_prompts}:2", "UTF-8")),
+        ("eval: invalid UTF-8", ["eval", "--target", "{target}", "--drafter", "{drafter}", "--prompts", "{bad_utf8_prompts}"],
+         ("{bad_utf8_prompts}:2", "UTF-8")),
+        ("plan: invalid UTF-8 in --output-lengths",
+         ["plan", "--samples", "1000", "--throughput", "100 tok/s", "--output-lengths", "{bad_utf8_lengths}:completion_tokens"],
+         ("{bad_utf8_lengths}:2", "UTF-8")),
+        ("eval: messages is a number", ["eval", "--target", "{target}", "--drafter", "{drafter}", "--prompts", "{messages_number}"],
+         ("{messages_number}:2", "messages")),
+        # An output path that is an existing file.
+        ("generate: output is a file", ["generate", "{prompts}", "-o", "{a_file}", "--no-progress"],
+         ("{a_file}", "not a directory")),
+        ("tokenize: output is a file", ["tokenize", "{conversations}", "-t", "{target}", "-o", "{a_file}"],
+         ("{a_file}", "not a directory")),
+        ("train: output is a file", ["train", "--target", "{target}", "--data", "{tokenized}", "--out", "{a_file}"],
+         ("{a_file}", "not a directory")),
+        ("export: output is a file", ["export", "--drafter", "{drafter}", "--out", "{a_file}"],
+         ("{a_file}", "not a directory")),
+        # Empty inputs.
+        ("tokenize: empty input", ["tokenize", "{empty}", "-t", "{target}", "-o", "{root}/tok-empty"], ("{empty}",)),
+        ("eval: empty prompts", ["eval", "--target", "{target}", "--drafter", "{drafter}", "--prompts", "{empty}"],
+         ("{empty}: no prompts",)),
+    ]  # fmt: skip
+
+
+CASES = _cases()
+
+
+@pytest.mark.parametrize("name, args, fragments", CASES, ids=[case[0] for case in CASES])
+def test_bad_input_is_one_line_and_exit_2(files, name, args, fragments):
+    fill = {key: str(value) for key, value in files.items()}
+    result = run_cli([arg.format(**fill) for arg in args])
+    assert_one_line_error(result, *(fragment.format(**fill) for fragment in fragments))
+
+
+def test_ctrl_c_says_interrupted(tmp_path, files):
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "draftsmith", "generate", str(files["prompts"]), "-o", str(tmp_path / "out"),
+         "-e", "http://127.0.0.1:9", "--no-progress"],
+        stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    # The run reports its (closed) endpoint down and waits for it; interrupt it there.
+    first = process.stderr.readline()
+    assert "http://127.0.0.1:9" in first, first
+    process.send_signal(signal.SIGINT)
+    rest = process.communicate(timeout=60)[1]
+    assert process.returncode == 130
+    assert rest.strip().splitlines()[-1] == "draftsmith: interrupted" and "Traceback" not in rest
+
+
+def test_resume_with_only_truncated_checkpoints(files, broken_run):
+    result = run_cli(["train", "--target", str(files["target"]), "--data", str(files["tokenized"]), "--out", str(broken_run),
+                      "--block-size", "4", "--draft-layers", "1", "--max-steps", "2", "--batch-size", "4",
+                      "--num-anchors", "4", "--dtype", "fp32", "--resume"])  # fmt: skip
+    assert_one_line_error(result, f"{broken_run}: no intact checkpoint to resume from",
+                          "step-00000001/trainer_state.pt: cannot be loaded safely")
