@@ -10,7 +10,7 @@ import pytest
 
 from draftsmith.cli import main
 from draftsmith.core.errors import InputError
-from draftsmith.plan.model_shape import read_target_shape
+from draftsmith.model.shape import read_target_shape
 from draftsmith.plan.training import make_train_plan
 
 # A Qwen3 layout sized to ~27B: Qwen3-32B's attention (64 heads, 8 KV heads, head_dim 128) and

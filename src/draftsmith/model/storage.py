@@ -14,8 +14,8 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from draftsmith.core.errors import InputError
-from draftsmith.core.io import read_json_file
 from draftsmith.core.units import format_bytes, format_count
+from draftsmith.model.shape import language_sections, read_model_config
 
 DTYPE_BYTES: dict[str, int] = {
     "bfloat16": 2,
@@ -142,15 +142,8 @@ def read_model_shape(config_json_path: str | Path) -> tuple[int, int]:
     Multimodal configs keep the language model's shape under `text_config`; that is the one whose
     hidden states a drafter consumes.
     """
-    path = Path(config_json_path)
-    if path.is_dir():
-        path = path / "config.json"
-    config = read_json_file(path, "model config")
-    if not isinstance(config, dict):
-        raise InputError(f"{path}: expected a JSON object")
-    for section in (config, config.get("text_config"), config.get("llm_config"), config.get("language_config")):
-        if not isinstance(section, dict):
-            continue
+    path, config = read_model_config(config_json_path)
+    for section in language_sections(config):
         hidden = section.get("hidden_size", section.get("n_embd", section.get("d_model")))
         layers = section.get("num_hidden_layers", section.get("n_layer", section.get("num_layers")))
         if isinstance(hidden, int) and isinstance(layers, int) and hidden > 0 and layers > 0:

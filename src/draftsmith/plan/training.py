@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from draftsmith.core.errors import InputError
 from draftsmith.model.storage import dtype_size
 from draftsmith.plan.capacity import WallTime
-from draftsmith.plan.model_shape import TargetShape, read_target_shape
+from draftsmith.model.shape import TargetShape, read_target_shape
 from draftsmith.plan.train_bench import TrainBenchSummary, load_train_bench
 from draftsmith.core.units import parse_count, parse_size
 

@@ -1,4 +1,4 @@
-"""A target's shapes and parameter count from its Hugging Face `config.json` (Qwen3 layout).
+"""A model's shapes and parameter count from its Hugging Face `config.json` (Qwen3 layout).
 
 The parameter count is Qwen3's: per layer q/k/v/o projections (GQA, explicit `head_dim`), q/k
 RMSNorms over the head dimension, a SwiGLU MLP (gate, up, down) and two RMSNorms; plus the input
@@ -14,6 +14,29 @@ from pydantic import BaseModel
 
 from draftsmith.core.errors import InputError
 from draftsmith.core.io import read_json_file
+
+
+LANGUAGE_SECTIONS = ("text_config", "llm_config", "language_config")
+
+
+def read_model_config(config_json_path: str | Path) -> tuple[Path, dict]:
+    """The parsed `config.json` of a model directory (or the file itself), and its path."""
+    path = Path(config_json_path)
+    if path.is_dir():
+        path = path / "config.json"
+    config = read_json_file(path, "model config")
+    if not isinstance(config, dict):
+        raise InputError(f"{path}: expected a JSON object")
+    return path, config
+
+
+def language_sections(config: dict):
+    """The config itself, then the sections where multimodal configs keep their language model's
+    shape: that is the model whose hidden states a drafter consumes."""
+    yield config
+    for key in LANGUAGE_SECTIONS:
+        if isinstance(config.get(key), dict):
+            yield config[key]
 
 
 class TargetShape(BaseModel):
@@ -70,17 +93,8 @@ def _int_field(section: dict, names: tuple[str, ...], path: Path, required: bool
 
 def read_target_shape(config_json_path: str | Path) -> TargetShape:
     """Shapes of a target from `config.json` or a model directory (multimodal: its `text_config`)."""
-    path = Path(config_json_path)
-    if path.is_dir():
-        path = path / "config.json"
-    config = read_json_file(path, "model config")
-    if not isinstance(config, dict):
-        raise InputError(f"{path}: expected a JSON object")
-    section = config
-    for key in ("text_config", "llm_config", "language_config"):
-        if "hidden_size" not in config and isinstance(config.get(key), dict):
-            section = config[key]
-            break
+    path, config = read_model_config(config_json_path)
+    section = next((part for part in language_sections(config) if "hidden_size" in part), config)
     hidden = _int_field(section, ("hidden_size",), path)
     heads = _int_field(section, ("num_attention_heads",), path)
     kv_heads = _int_field(section, ("num_key_value_heads",), path, required=False) or heads
