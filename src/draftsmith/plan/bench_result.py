@@ -28,18 +28,23 @@ class BenchSummary(BaseModel):
     knee_mean_output_tokens: float | None = None  # measured at the knee, when the result row is there
 
 
+def check_result_header(data: Any, source: str, kind: str, version: int, what: str) -> None:
+    """A measured-result file (bench, train benchmark) is a JSON object of a known kind and version."""
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: expected a JSON object")
+    if data.get("kind") != kind:
+        raise InputError(f"{source}: field 'kind' is {data.get('kind')!r}, expected {kind!r}")
+    if data.get("version") != version:
+        raise InputError(f"{source}: unsupported {what} version {data.get('version')!r} (this reads {version})")
+
+
 def load_bench(path: str | Path) -> BenchSummary:
     path = Path(path)
     return bench_from_dict(read_json_file(path, "bench result file"), source=str(path))
 
 
 def bench_from_dict(data: Any, source: str = "bench result") -> BenchSummary:
-    if not isinstance(data, dict):
-        raise InputError(f"{source}: expected a JSON object")
-    if data.get("kind") != BENCH_KIND:
-        raise InputError(f"{source}: field 'kind' is {data.get('kind')!r}, expected {BENCH_KIND!r}")
-    if data.get("version") != BENCH_VERSION:
-        raise InputError(f"{source}: unsupported bench version {data.get('version')!r} (this reads {BENCH_VERSION})")
+    check_result_header(data, source, BENCH_KIND, BENCH_VERSION, "bench")
     knee = data.get("knee")
     if not isinstance(knee, dict):
         raise InputError(f"{source}: missing field 'knee'")

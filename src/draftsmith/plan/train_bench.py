@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from draftsmith.core.errors import InputError
 from draftsmith.core.io import read_json_file
+from draftsmith.plan.bench_result import check_result_header
 
 TRAIN_BENCH_KIND = "draftsmith.train_benchmark"
 TRAIN_BENCH_VERSION = 1
@@ -51,12 +52,7 @@ def load_train_bench(path: str | Path) -> TrainBenchSummary:
 
 
 def train_bench_from_dict(data: Any, source: str = "train benchmark") -> TrainBenchSummary:
-    if not isinstance(data, dict):
-        raise InputError(f"{source}: expected a JSON object")
-    if data.get("kind") != TRAIN_BENCH_KIND:
-        raise InputError(f"{source}: field 'kind' is {data.get('kind')!r}, expected {TRAIN_BENCH_KIND!r}")
-    if data.get("version") != TRAIN_BENCH_VERSION:
-        raise InputError(f"{source}: unsupported train benchmark version {data.get('version')!r} (this reads 1)")
+    check_result_header(data, source, TRAIN_BENCH_KIND, TRAIN_BENCH_VERSION, "train benchmark")
     mode = data.get("mode")
     if mode not in ("online", "offline"):
         raise InputError(f"{source}: mode must be 'online' or 'offline', got {mode!r}")
