@@ -238,3 +238,16 @@ def test_resume_with_other_settings_is_refused_unless_forced(tmp_path, prompts_f
     assert "continuing with changed settings (max_tokens: 64 -> 128)" in " ".join(capsys.readouterr().err.split())
     assert json.loads((out / "manifest.json").read_text())["settings"]["max_tokens"] == 128
     assert_exactly_once(out, prompts)
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+def test_a_row_without_a_think_block_says_none_not_empty(tmp_path, prompts_file, thinking):
+    prompts = prompts_file(3)
+    with ServeProcess(["--backend", "echo"]) as server:
+        generate(config(prompts, tmp_path / "out", [server.url], chat_template_kwargs={"enable_thinking": thinking}))
+    turns = [row["messages"][-1] for row in read_rows(tmp_path / "out")]
+    assert len(turns) == 3
+    if thinking:
+        assert all(turn["reasoning_content"] for turn in turns)
+    else:
+        assert all(turn["reasoning_content"] is None for turn in turns)

@@ -400,8 +400,11 @@ class _Run:
         completion_tokens = result.completion_tokens
         if completion_tokens is None and result.completion_token_ids is not None:
             completion_tokens = len(result.completion_token_ids)
+        # None (no think block) is not "" (an empty block the model wrote): tokenize trains the
+        # latter and leaves the former to the template, so a thinking-off row must say None.
+        reasoning = None if result.reasoning_source == "none" else result.reasoning
         row = generated_row(
-            sample.id, sample.messages, result.content, result.reasoning, sample.tools,
+            sample.id, sample.messages, result.content, reasoning, sample.tools,
             finish_reason=result.finish_reason,
             prompt_tokens=result.prompt_tokens,
             completion_tokens=completion_tokens,
