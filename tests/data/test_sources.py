@@ -141,3 +141,24 @@ def test_missing_and_unknown_inputs(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="holds no"):
         resolve([tmp_path / "empty"])
+
+
+@pytest.mark.parametrize("stage_args", [
+    ["audit"],
+    ["tokenize", "--tokenizer", "{tmp}", "-o", "{tmp}/tok"],
+    ["generate", "-o", "{tmp}/gen", "-e", "http://127.0.0.1:9"],
+    ["bench", "-e", "http://127.0.0.1:9"],
+    ["eval", "--target", "{tmp}", "--drafter", "{tmp}", "--prompts"],
+], ids=lambda args: args[0])
+def test_every_row_reading_stage_applies_the_one_split_rule(tmp_path, capsys, stage_args):
+    from datasets import Dataset, DatasetDict
+
+    from draftsmith.cli import main
+
+    rows = tmp_path / "dd"
+    DatasetDict({"train": Dataset.from_list([ROW]), "test": Dataset.from_list([ROW])}).save_to_disk(str(rows))
+    args = [arg.replace("{tmp}", str(tmp_path)) for arg in stage_args]
+    args = [*args, str(rows)] if args[0] == "eval" else [args[0], str(rows), *args[1:]]
+    assert main([*args, "--split", "dev"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("draftsmith: error:") and "no split 'dev'; the splits are train, test" in err[-1]

@@ -62,6 +62,8 @@ class BenchConfig:
     extra_body: dict[str, Any] = field(default_factory=dict)
     stream: bool = True
     """Stream (needed for TTFT)."""
+    split: str | None = None
+    """DatasetDict split of the prompts (default: train, else the only one)."""
     model: str | None = None
     """Model name (default: from /v1/models)."""
     engine: str | None = None
@@ -172,7 +174,7 @@ async def arun_bench(config: BenchConfig, log: Callable[[str], None] = lambda me
     """Run the sweep (async)."""
     if not config.concurrencies or any(c < 1 for c in config.concurrencies):
         raise InputError("bench: concurrency levels must be positive integers")
-    samples, _ = load_prompts(config.prompts)
+    samples, _ = load_prompts(config.prompts, config.split)
     if not samples:
         raise InputError(f"bench: no prompts in {config.prompts}")
     order = list(samples)

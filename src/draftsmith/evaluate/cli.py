@@ -20,7 +20,7 @@ def run_eval(config: EvalConfig, progress=None):
             config.endpoint, config.prompts, baseline_endpoint=config.baseline_endpoint, model=config.model,
             max_new_tokens=config.max_new_tokens, temperature=config.temperature,
             seed=config.seed if config.temperature > 0 else None, limit=config.limit,
-            enable_thinking=config.thinking, progress=progress,
+            enable_thinking=config.thinking, progress=progress, split=config.split,
         )
     import torch
 
@@ -33,7 +33,7 @@ def run_eval(config: EvalConfig, progress=None):
         config.target, config.drafter, config.prompts, max_new_tokens=config.max_new_tokens,
         block_size=config.block_size, limit=config.limit, enable_thinking=config.thinking,
         dtype=torch_dtype(config.dtype), strict=False, progress=progress,
-        temperature=config.temperature, seed=config.seed,
+        temperature=config.temperature, seed=config.seed, split=config.split,
     )
 
 

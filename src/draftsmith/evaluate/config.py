@@ -27,6 +27,7 @@ class EvalConfig(BaseModel):
     model: str | None = Field(None, description="with --endpoint: served model name (default: the first of /v1/models)")
     max_new_tokens: int = Field(256, ge=1, description="tokens to generate per prompt")
     limit: int | None = Field(None, ge=1, description="evaluate only the first N prompts")
+    split: str | None = Field(None, description="DatasetDict split of --prompts (default: train, else the only one)")
     block_size: int | None = Field(None, ge=2, description="draft block size (default: the drafter's)")
     thinking: bool | None = Field(None, description="pass enable_thinking to the chat template")
     dtype: StorageDType = Field("float32", description="dtype of target and drafter: fp32 or bf16")

@@ -292,11 +292,11 @@ async def _run_prompts(client, base: str, model: str | None, conversations, max_
     return EndpointRun(base, model, tokens, seconds, outputs, metas)
 
 
-def _conversations(prompts, limit: int | None) -> tuple[list[str], list[dict[str, Any]]]:
+def _conversations(prompts, limit: int | None, split: str | None = None) -> tuple[list[str], list[dict[str, Any]]]:
     from draftsmith.evaluate.prompts import Prompt, prompt_from_row, read_prompts
 
     if isinstance(prompts, (str, Path)):
-        items: list[Any] = read_prompts(prompts, limit=limit)
+        items: list[Any] = read_prompts(prompts, limit=limit, split=split)
     else:
         items = list(prompts)[:limit] if limit else list(prompts)
     ids, conversations = [], []
@@ -327,12 +327,13 @@ async def evaluate_endpoint_async(
     enable_thinking: bool | None = None,
     timeout_s: float = 600.0,
     progress: Callable[[int, int], None] | None = None,
+    split: str | None = None,
 ) -> EndpointReport:
     from draftsmith.client.chat import ChatClient, normalize_base_url
 
     if max_new_tokens < 1:
         raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    prompt_ids, conversations = _conversations(prompts, limit)
+    prompt_ids, conversations = _conversations(prompts, limit, split)
     base = normalize_base_url(endpoint)
     extra: dict[str, Any] = {}
     if enable_thinking is not None:

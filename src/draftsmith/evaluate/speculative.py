@@ -400,6 +400,7 @@ def evaluate_drafter(
     progress: Callable[[int, int], None] | None = None,
     temperature: float = 0.0,
     seed: int = 0,
+    split: str | None = None,
 ) -> EvalReport:
     """Speculative vs plain decoding on every prompt; tau, histogram, tokens/s, lossless check.
 
@@ -415,6 +416,10 @@ def evaluate_drafter(
 
     if max_new_tokens < 1:
         raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise InputError(f"temperature must be >= 0, got {temperature}")
+    if isinstance(prompts, (str, Path)):
+        prompts = read_prompts(prompts, limit=limit, split=split)
     # Bad prompts or a broken drafter are reported before the target spends seconds loading.
     drafter_from_path = isinstance(drafter, (str, Path))
     if drafter_from_path:
@@ -423,24 +428,15 @@ def evaluate_drafter(
         target_path = require_dir(target, "--target")
         if not (target_path / "config.json").is_file():
             raise InputError(f"{target_path}: not a model directory (no config.json)")
-        if isinstance(prompts, (str, Path)):
-            prompts = read_prompts(prompts, limit=limit)
         tokenizer = tokenizer or AutoTokenizer.from_pretrained(target_path)
         target = AutoModelForCausalLM.from_pretrained(target_path, dtype=dtype)
     target = target.eval()
     if drafter_from_path:
         drafter = drafter.to(next(target.parameters()).dtype)
     drafter = drafter.eval()
-    if max_new_tokens < 1:
-        raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if temperature < 0:
-        raise InputError(f"temperature must be >= 0, got {temperature}")
     _check_pair(target, drafter)
 
-    if isinstance(prompts, (str, Path)):
-        items: list[Any] = read_prompts(prompts, limit=limit)
-    else:
-        items = list(prompts)[:limit] if limit else list(prompts)
+    items: list[Any] = list(prompts)[:limit] if limit else list(prompts)
     encoded: list[tuple[str, list[int]]] = []
     for index, item in enumerate(items):
         if isinstance(item, dict):
