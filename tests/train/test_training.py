@@ -226,6 +226,24 @@ def test_cli_extract_then_offline_train_and_errors(regenerated, tiny_target_dir,
     assert "re-run `draftsmith extract`" in capsys.readouterr().err
 
 
+def test_extract_refuses_an_incomplete_set_and_a_resume_with_other_settings(regenerated, tiny_target_dir, tmp_path):
+    from draftsmith.core.manifest import check_manifest, read_manifest, set_complete
+
+    features = tmp_path / "features"
+    extract_features(tiny_target_dir, regenerated, features, dtype="fp32", samples_per_shard=12, progress=False, echo=lambda _: None)
+    assert read_manifest(features)["settings"]["dtype"] == "float32"
+    with pytest.raises(InputError, match=r'other settings \(dtype: "float32" -> "bfloat16"\)'):
+        extract_features(tiny_target_dir, regenerated, features, dtype="bf16", progress=False, echo=lambda _: None)
+
+    # What a killed tokenize leaves: shards and a manifest that says the run never finished.
+    partial = tmp_path / "partial"
+    shutil.copytree(regenerated, partial)
+    check_manifest(partial, "tokenize", {"tokenizer": "x"})
+    set_complete(partial, False)
+    with pytest.raises(InputError, match="the tokenized set is incomplete"):
+        extract_features(tiny_target_dir, partial, tmp_path / "f2", progress=False, echo=lambda _: None)
+
+
 def test_gradient_checkpointing_gives_the_same_loss_and_gradients(regenerated, tiny_target_dir, tmp_path):
     dataset = load_tokenized(regenerated)
     context = init_distributed("cpu")

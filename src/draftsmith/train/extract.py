@@ -23,6 +23,7 @@ import torch
 from draftsmith.core.errors import InputError
 from draftsmith.core.io import atomic_path, write_json_atomic
 from draftsmith.core.lock import lock_directory
+from draftsmith.core.manifest import check_manifest, require_complete, tokenizer_fingerprint
 from draftsmith.core.progress import Progress
 from draftsmith.data.tokenized import TokenizedDataset, load_tokenized
 from draftsmith.model.config import FEATURE_DEFINITION
@@ -103,6 +104,7 @@ def extract_features(
     samples_per_shard: int | None = None,
     device: str = "auto",
     force: bool = False,
+    force_resume: bool = False,
     progress: bool = True,
     echo=print,
 ) -> ExtractResult:
@@ -112,7 +114,7 @@ def extract_features(
     settings = ExtractConfig(
         target=target, data=data, out=out, num_features=num_features, target_layer_ids=target_layer_ids,
         dtype=dtype, max_length=max_length, batch_size=batch_size, samples_per_shard=samples_per_shard,
-        device=device, force=force, progress=progress,
+        device=device, force=force, force_resume=force_resume, progress=progress,
     )
     with lock_directory(settings.out, "extract"):
         return _extract(settings, started, echo)
@@ -128,6 +130,7 @@ def _extract(settings: ExtractConfig, started: float, echo) -> ExtractResult:
     max_length, batch_size, samples_per_shard = settings.max_length, settings.batch_size, settings.samples_per_shard
     device, force, progress = settings.device, settings.force, settings.progress
     target_config = load_target_config(target)
+    require_complete(data, "the tokenized set", "rerun `draftsmith tokenize --resume` to finish it")
     dataset = load_tokenized(data, max_length=max_length)
     check_vocabulary(dataset, target_config.vocab_size)
     layer_ids = resolve_layer_ids(target_config, num_features, target_layer_ids)
@@ -163,7 +166,11 @@ def _extract(settings: ExtractConfig, started: float, echo) -> ExtractResult:
         "total_tokens": dataset.total_tokens,
         "samples_per_shard": samples_per_shard,
     }
-    out.mkdir(parents=True, exist_ok=True)
+    # The settings that change the features; a resume with others would mix two extractions.
+    check_manifest(out, "extract", {
+        "target": tokenizer_fingerprint(target), "data_fingerprint": header["data_fingerprint"],
+        "layer_ids": layer_ids, "feature_definition": FEATURE_DEFINITION, "dtype": dtype, "max_length": max_length,
+    }, force=settings.force_resume)
     index_path = out / INDEX_NAME
     shards: list[dict] = []
     if index_path.exists():
