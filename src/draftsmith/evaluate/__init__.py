@@ -1,33 +1,23 @@
-"""Speculative-decoding evaluation of a DFlash drafter against its target."""
+"""Speculative-decoding evaluation of a DFlash drafter against its target (names import on first use)."""
 
-from draftsmith.evaluate.config import EvalConfig
-from draftsmith.evaluate.endpoint import EndpointReport, evaluate_endpoint
-from draftsmith.evaluate.prompts import Prompt, read_prompts
-from draftsmith.evaluate.speculative import (
-    DecodeResult,
-    EvalReport,
-    LosslessnessError,
-    PromptResult,
-    evaluate_drafter,
-    accept_probability,
-    greedy_decode,
-    sample_decode,
-    speculative_decode,
+from draftsmith.core.lazy import lazy_exports
+
+__getattr__, __all__ = lazy_exports(
+    "draftsmith.evaluate",
+    {
+        "EvalConfig": "config",
+        "EndpointReport": "endpoint",
+        "evaluate_endpoint": "endpoint",
+        "Prompt": "prompts",
+        "read_prompts": "prompts",
+        "DecodeResult": "speculative",
+        "EvalReport": "speculative",
+        "LosslessnessError": "speculative",
+        "PromptResult": "speculative",
+        "evaluate_drafter": "speculative",
+        "accept_probability": "speculative",
+        "greedy_decode": "speculative",
+        "sample_decode": "speculative",
+        "speculative_decode": "speculative",
+    },
 )
-
-__all__ = [
-    "DecodeResult",
-    "EndpointReport",
-    "EvalConfig",
-    "accept_probability",
-    "evaluate_endpoint",
-    "sample_decode",
-    "EvalReport",
-    "LosslessnessError",
-    "Prompt",
-    "PromptResult",
-    "evaluate_drafter",
-    "greedy_decode",
-    "read_prompts",
-    "speculative_decode",
-]

@@ -1,5 +1,13 @@
 """Export a drafter as the checkpoint directory SGLang / vLLM / the reference `dflash` load."""
 
-from draftsmith.export.exporter import ExportResult, export_drafter, reference_check, resolve_drafter_dir
+from draftsmith.core.lazy import lazy_exports
 
-__all__ = ["ExportResult", "export_drafter", "reference_check", "resolve_drafter_dir"]
+__getattr__, __all__ = lazy_exports(
+    "draftsmith.export",
+    {
+        "ExportResult": "exporter",
+        "export_drafter": "exporter",
+        "reference_check": "exporter",
+        "resolve_drafter_dir": "exporter",
+    },
+)
