@@ -187,7 +187,7 @@ def test_bad_inputs_raise_input_error(changes, fragment):
 
 
 def test_missing_inputs():
-    with pytest.raises(InputError, match="missing required input --samples"):
+    with pytest.raises(InputError, match="--samples is required"):
         make_plan({"output_mean": 5, "throughput": "1 tok/s"})
     with pytest.raises(InputError, match="missing output length"):
         make_plan({"samples": 5, "throughput": "1 tok/s"})

@@ -53,7 +53,7 @@ def test_bad_inputs_exit_2(capsys, tmp_path):
         (STORY + ["--throughput", "1,600 tok/fortnight"], "unknown time unit 'fortnight'"),
         (STORY + ["--throughput", "1,5k tok/s"], "'1,5' is ambiguous: a comma may be a decimal point"),
         (STORY, "no throughput given"),
-        (["plan", "--output-mean", "2500", "--throughput", "1 tok/s"], "missing required input --samples"),
+        (["plan", "--output-mean", "2500", "--throughput", "1 tok/s"], "--samples is required"),
         (STORY + ["--throughput", "1 tok/s", "--disk", "9 parsecs"], "unknown size unit"),
         (STORY + ["--throughput", "1 tok/s", "--output-lengths", str(tmp_path / "none.parquet:x")], "no such file"),
         (STORY + ["--bench", str(tmp_path / "none.json")], "no such bench result"),

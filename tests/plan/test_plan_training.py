@@ -164,7 +164,7 @@ def test_cli_json_and_config_file(target_config, tmp_path, capsys):
 
 def test_cli_missing_and_bad_inputs_exit_2(target_config, capsys):
     assert main(["plan", "--train", *SEED]) == 2
-    assert "needs --model-config" in capsys.readouterr().err
+    assert "--model-config is required" in capsys.readouterr().err
     assert main(["plan", "--train", *SEED, "--model-config", str(target_config), "--gpu", "K80"]) == 2
     assert "unknown GPU" in capsys.readouterr().err
     assert main(["plan", "--train", "--samples", "10", "--model-config", str(target_config)]) == 2

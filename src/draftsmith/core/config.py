@@ -355,6 +355,19 @@ def describe_validation_error(error: ValidationError, name_of: Callable[[tuple],
     return "; ".join(problems)
 
 
+def validate_config(model: type, data: Mapping[str, Any], flags: Mapping[str, str] | None = None) -> Any:
+    """`model` from a plain dict (a notebook's, a file's), pydantic's errors made one `InputError`
+    line naming each field as its flag (`flags` renames those whose flag is not the field name)."""
+
+    def name_of(loc: tuple) -> str | None:
+        return (flags or {}).get(loc[0]) or f"--{loc[0].replace('_', '-')}" if loc else None
+
+    try:
+        return _validate(model, dict(data))
+    except ValidationError as error:
+        raise InputError(describe_validation_error(error, name_of)) from None
+
+
 def build_config(
     model: type,
     flags: Mapping[str, Any] | None = None,

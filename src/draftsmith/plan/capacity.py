@@ -14,8 +14,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from draftsmith.core.config import validate_config
 from draftsmith.core.errors import InputError
 from draftsmith.plan.bench_result import BenchSummary, load_bench
 from draftsmith.plan.distribution import LengthStats, summarize_lengths
@@ -167,19 +168,7 @@ class PlanInputs(BaseModel):
 
 def validate_inputs(data: dict[str, Any] | PlanInputs) -> PlanInputs:
     """PlanInputs from a dict, with pydantic's errors turned into one `InputError` line."""
-    if isinstance(data, PlanInputs):
-        return data
-    try:
-        return PlanInputs.model_validate(data)
-    except ValidationError as error:
-        first = error.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or "input"
-        flag = "--" + field.replace("_", "-")
-        if first["type"] == "missing":
-            raise InputError(f"missing required input {flag}") from None
-        if first["type"] == "extra_forbidden":
-            raise InputError(f"unknown input {field!r}") from None
-        raise InputError(f"{flag}: {first['msg']} (got {first.get('input')!r})") from None
+    return data if isinstance(data, PlanInputs) else validate_config(PlanInputs, data)
 
 
 class Throughput(BaseModel):

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from draftsmith.core.config import validate_config
 from draftsmith.core.errors import InputError
 from draftsmith.model.storage import dtype_size
 from draftsmith.plan.capacity import WallTime
@@ -133,15 +134,7 @@ class TrainPlanInputs(BaseModel):
 def validate_train_inputs(data: dict[str, Any] | TrainPlanInputs) -> TrainPlanInputs:
     if isinstance(data, TrainPlanInputs):
         return data
-    try:
-        return TrainPlanInputs(**data)
-    except ValidationError as error:
-        first = error.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or "input"
-        if first["type"] == "missing":
-            flag = {"model_config_path": "model-config"}.get(field, field.replace("_", "-"))
-            raise InputError(f"plan --train needs --{flag}") from None
-        raise InputError(f"--{field.replace('_', '-')}: {first['msg']}") from None
+    return validate_config(TrainPlanInputs, data, {"model_config_path": "--model-config"})
 
 
 class SequenceFlops(BaseModel):
