@@ -316,3 +316,17 @@ def test_a_row_over_max_row_bytes_is_dropped_unread_and_counted(tmp_path, tiny_t
     assert summary.written == 6 and summary.dropped == {"row_too_large": 1} and summary.errors == 0
     assert summary.examples["row_too_large"][0].startswith(f"{source}:4 (?): 3,000,")
     assert TokenizeOptions().max_row_bytes == 16 * 1024 * 1024  # on by default
+
+
+def test_a_run_stopped_by_its_error_gate_is_not_complete(tmp_path, tiny_target_dir):
+    from draftsmith.core.manifest import read_manifest, require_complete
+
+    rows = [*synthetic_conversations(10, seed=5), *synthetic_prompts(10, seed=6)]
+    source = write_jsonl(tmp_path / "rows.jsonl", rows)
+    out = tmp_path / "out"
+    with pytest.raises(TokenizeError, match="10 of 20 rows could not be masked"):
+        tokenize_dataset(source, tiny_target_dir, out, TokenizeOptions(workers=1, progress=False))
+    assert json.loads((out / "tokenize_summary.json").read_text())["written"] == 10
+    assert read_manifest(out)["complete"] is False
+    with pytest.raises(InputError, match="the tokenized set is incomplete.*stopped on errors"):
+        require_complete(out, "the tokenized set", "fix the rows and rerun")

@@ -130,7 +130,8 @@ def set_complete(directory: str | os.PathLike, complete: bool) -> None:
 
 
 def require_complete(directory: str | os.PathLike, what: str, rerun: str) -> None:
-    """Refuse an output whose manifest says its run never finished (killed or still running)."""
+    """Refuse an output whose manifest says its run never finished (killed, still running, or
+    stopped by its own error gate)."""
     directory = Path(directory)
     if not directory.is_dir():
         return
@@ -138,5 +139,5 @@ def require_complete(directory: str | os.PathLike, what: str, rerun: str) -> Non
     if manifest is not None and manifest.get("complete") is False:
         raise InputError(
             f"{directory}: {what} is incomplete: the `{manifest.get('stage')}` run that writes it did not finish "
-            f"(no summary); {rerun}"
+            f"(killed, still running, or stopped on errors); {rerun}"
         )

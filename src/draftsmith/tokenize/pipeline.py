@@ -400,6 +400,8 @@ def _tokenize_dataset(
         raise TokenizeError(_error_message(summary, early=False), summary)
     if summary.written == 0 and summary.skipped_already_written == 0:
         raise TokenizeError(f"no row was written: {summary.verdict()}. Details in {output / SUMMARY_NAME}", summary)
+    # Only a run that passed its error gates is complete; train and extract refuse any other.
+    set_complete(output, True)
     return summary
 
 
@@ -410,7 +412,6 @@ def _finish(summary: TokenizeSummary, writer: ShardWriter, by_method: Counter, s
     summary.elapsed_s = round(time.perf_counter() - started, 3)
     summary.samples_per_s = round(summary.input_rows / summary.elapsed_s, 1) if summary.elapsed_s else 0.0
     write_json_atomic(output / SUMMARY_NAME, summary.to_dict())
-    set_complete(output, True)
 
 
 def _error_message(summary: TokenizeSummary, early: bool) -> str:
