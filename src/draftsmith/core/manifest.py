@@ -49,12 +49,13 @@ def check_manifest(
     settings: dict[str, Any],
     *,
     force: bool = False,
-    force_flag: str = "--force-resume",
+    force_flag: str | None = "--force-resume",
     log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Write `directory/manifest.json` for a new output, or check a resumed one against `settings`.
 
-    Raises `InputError` (exit 2) naming the differing keys as `old -> new` unless `force`.
+    Raises `InputError` (exit 2) naming the differing keys as `old -> new` unless `force`;
+    `force_flag=None` for a stage whose outputs can never be mixed (nothing to force).
     """
     directory = Path(directory)
     path = directory / MANIFEST_NAME
@@ -69,9 +70,10 @@ def check_manifest(
         if not differences:
             return manifest
         if not force:
+            remedy = f", or pass {force_flag} to continue anyway" if force_flag else ""
             raise InputError(
                 f"{directory}: was written with other settings ({'; '.join(differences)}); resuming would mix "
-                f"two runs: use a new output directory, or pass {force_flag} to continue anyway"
+                f"two runs: use a new output directory{remedy}"
             )
         (log or (lambda message: print(message, file=sys.stderr, flush=True)))(
             f"draftsmith: warning: {directory}: continuing with changed settings ({'; '.join(differences)}) "

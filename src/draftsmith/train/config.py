@@ -82,5 +82,4 @@ class ExtractConfig(BaseModel):
     samples_per_shard: int | None = Field(None, ge=1, description="samples per shard (default: about 1 GiB per shard)")
     device: str = "auto"
     force: bool = Field(False, description="extract even if the estimate exceeds free disk")
-    force_resume: bool = Field(False, description="resume into a features directory written with other settings")
     progress: bool = True

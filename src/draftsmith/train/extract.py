@@ -104,7 +104,6 @@ def extract_features(
     samples_per_shard: int | None = None,
     device: str = "auto",
     force: bool = False,
-    force_resume: bool = False,
     progress: bool = True,
     echo=print,
 ) -> ExtractResult:
@@ -114,7 +113,7 @@ def extract_features(
     settings = ExtractConfig(
         target=target, data=data, out=out, num_features=num_features, target_layer_ids=target_layer_ids,
         dtype=dtype, max_length=max_length, batch_size=batch_size, samples_per_shard=samples_per_shard,
-        device=device, force=force, force_resume=force_resume, progress=progress,
+        device=device, force=force, progress=progress,
     )
     with lock_directory(settings.out, "extract"):
         return _extract(settings, started, echo)
@@ -170,7 +169,7 @@ def _extract(settings: ExtractConfig, started: float, echo) -> ExtractResult:
     check_manifest(out, "extract", {
         "target": tokenizer_fingerprint(target), "data_fingerprint": header["data_fingerprint"],
         "layer_ids": layer_ids, "feature_definition": FEATURE_DEFINITION, "dtype": dtype, "max_length": max_length,
-    }, force=settings.force_resume)
+    }, force_flag=None)  # features of two settings in one directory are never usable: no --force-resume
     index_path = out / INDEX_NAME
     shards: list[dict] = []
     if index_path.exists():
