@@ -178,6 +178,14 @@ def greedy_decode(
     target, input_ids: torch.Tensor, max_new_tokens: int, stop_token_ids: Sequence[int] | None = None
 ) -> DecodeResult:
     """Plain greedy decoding with a KV cache, one target forward per token (the baseline)."""
+    return _plain_decode(target, input_ids, max_new_tokens, stop_token_ids, lambda logits: int(logits.argmax()))
+
+
+def _plain_decode(
+    target, input_ids: torch.Tensor, max_new_tokens: int, stop_token_ids: Sequence[int] | None,
+    choose: Callable[[torch.Tensor], int],
+) -> DecodeResult:
+    """One target forward per token with a KV cache; `choose` turns the last logits into the token."""
     stops = _stop_set(stop_token_ids)
     started = time.perf_counter()
     cache = _new_cache(target.config)
@@ -186,15 +194,12 @@ def greedy_decode(
     output = target(input_ids, use_cache=True, logits_to_keep=1, **{cache_kwarg: cache})
     tokens: list[int] = []
     while True:
-        token = int(output.logits[0, -1].argmax())
-        tokens.append(token)
-        if token in stops or len(tokens) >= max_new_tokens:
+        tokens.append(choose(output.logits[0, -1]))
+        if tokens[-1] in stops or len(tokens) >= max_new_tokens:
             break
         position = torch.tensor([[prompt_len + len(tokens) - 1]], device=input_ids.device)
         output = target(
-            torch.tensor([[token]], device=input_ids.device),
-            position_ids=position,
-            use_cache=True,
+            torch.tensor([[tokens[-1]]], device=input_ids.device), position_ids=position, use_cache=True,
             **{cache_kwarg: cache},
         )
     return DecodeResult(tokens, time.perf_counter() - started)
@@ -228,24 +233,10 @@ def sample_decode(
     generator: torch.Generator | None = None,
 ) -> DecodeResult:
     """Plain sampling at `temperature` with a KV cache (the baseline for speculative sampling)."""
-    stops = _stop_set(stop_token_ids)
-    started = time.perf_counter()
-    cache = _new_cache(target.config)
-    cache_kwarg = _cache_kwarg(target)
-    prompt_len = input_ids.shape[1]
-    output = target(input_ids, use_cache=True, logits_to_keep=1, **{cache_kwarg: cache})
-    tokens: list[int] = []
-    while True:
-        logits = output.logits[0, -1].float()
-        tokens.append(_sample(torch.softmax(logits / temperature, -1), generator))
-        if tokens[-1] in stops or len(tokens) >= max_new_tokens:
-            break
-        position = torch.tensor([[prompt_len + len(tokens) - 1]], device=input_ids.device)
-        output = target(
-            torch.tensor([[tokens[-1]]], device=input_ids.device), position_ids=position, use_cache=True,
-            **{cache_kwarg: cache},
-        )
-    return DecodeResult(tokens, time.perf_counter() - started)
+    return _plain_decode(
+        target, input_ids, max_new_tokens, stop_token_ids,
+        lambda logits: _sample(torch.softmax(logits.float() / temperature, -1), generator),
+    )
 
 
 @torch.inference_mode()
