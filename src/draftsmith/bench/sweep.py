@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import statistics
 import time
@@ -27,6 +26,7 @@ from pydantic.dataclasses import dataclass as config_dataclass
 
 from draftsmith.core.config import cli
 from draftsmith.core.errors import DraftsmithError, InputError
+from draftsmith.core.io import write_json_atomic
 from draftsmith.core.redact import redact_url
 from draftsmith.client.chat import (
     ChatClient,
@@ -115,10 +115,7 @@ class BenchResult:
         """Write the contract-3 JSON atomically."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(path.name + ".tmp")
-        temporary.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        os.replace(temporary, path)
-        return path
+        return write_json_atomic(path, self.to_dict())
 
     def render(self, console) -> None:
         from rich.table import Table

@@ -23,7 +23,7 @@ def demo(config, as_json: bool = False) -> None:
     table = Table(title="draftsmith demo (tiny default target)", show_header=False)
     table.add_row("regenerated samples", f"{result.generated:,} at {result.generate_tokens_per_s:,.0f} output tok/s")
     table.add_row("audit", result.audit_verdict)
-    table.add_row("plan: 914k samples at this rate", f"{result.plan_days_for_914k:,.1f} days")
+    table.add_row("plan: 914k samples x 2,500 tokens, 1 GPU at this rate", f"{result.plan_days_for_914k:,.1f} days")
     table.add_row("drafter training", f"loss {result.train_first_loss:.3f} -> {result.train_final_loss:.3f}, "
                                       f"{result.train_steps} steps, {result.train_seconds:.0f}s")
     table.add_row("acceptance length tau", f"{result.tau_trained:.2f} trained vs {result.tau_untrained:.2f} untrained")
@@ -34,7 +34,7 @@ def demo(config, as_json: bool = False) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    from draftsmith.demo.pipeline import DemoConfig
+    from draftsmith.demo.config import DemoConfig
 
     config_command(app, "demo", DemoConfig, demo, extras={
         "as_json": (bool, typer.Option(False, "--json", help="Print the result as JSON.")),
