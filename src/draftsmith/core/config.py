@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import math
 import tomllib
 import types
 import typing
@@ -334,6 +335,101 @@ def _validate(model: type, data: dict[str, Any]) -> Any:
     return TypeAdapter(model).validate_python(data)
 
 
+# ---- the one number rule ----------------------------------------------------------------------------
+# Every stage's numbers pass here: a NaN or an infinity is never a setting (it would land in
+# manifest.json, and the same command could then never resume), a boolean is not a number
+# (`max_tokens: true` is a typo, not 1), and a sampling temperature is never negative.
+
+
+def _members(annotation: Any) -> tuple[Any, ...]:
+    annotation, _ = _unwrap(annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return tuple(member for arg in typing.get_args(annotation) for member in _members(arg))
+    return (annotation,)
+
+
+def _is_number_type(annotation: Any) -> bool:
+    members = _members(annotation)
+    return bool(bool not in members and {int, float} & set(members))
+
+
+def _element_type(annotation: Any) -> Any | None:
+    """The item type of a list/tuple field (``tuple[int, ...]``), if every member agrees on one."""
+    for member in _members(annotation):
+        if typing.get_origin(member) in (list, tuple, set, frozenset):
+            args = [arg for arg in typing.get_args(member) if arg is not Ellipsis]
+            if args:
+                return args[0]
+    return None
+
+
+def _reject_bools(model: type, data: Mapping[str, Any], name_of: Callable[[tuple], str | None], prefix: tuple = ()) -> None:
+    """A JSON/YAML/TOML or Python ``true`` given where a number goes is refused, not read as 1."""
+    fields = getattr(model, "__pydantic_fields__", None) or {}
+    for name, info in fields.items():
+        if name not in data:
+            continue
+        value, path = data[name], (*prefix, name)
+        nested = next((member for member in _members(info.annotation) if _is_model(member)), None)
+        if nested is not None and isinstance(value, Mapping):
+            _reject_bools(nested, value, name_of, path)
+            continue
+        element = _element_type(info.annotation)
+        items = value if element is not None and isinstance(value, (list, tuple)) else None
+        if isinstance(value, bool) and _is_number_type(info.annotation) or (
+            items is not None and _is_number_type(element) and any(isinstance(item, bool) for item in items)
+        ):
+            where = name_of(path) or f"--{'-'.join(path).replace('_', '-')}"
+            raise InputError(f"{where}: expected a number, got a boolean ({json.dumps(value)})")
+
+
+def _number_problem(name: str, value: float) -> str | None:
+    if not math.isfinite(value):
+        return f"must be a finite number (got {value})"
+    if name.endswith("temperature") and value < 0:
+        return f"a temperature must be >= 0 (got {value})"
+    return None
+
+
+def _walk_numbers(value: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], str]]:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, float):
+        problem = _number_problem(path[-1] if path else "", value)
+        if problem:
+            yield path, problem
+    elif isinstance(value, BaseModel) or dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for name in getattr(type(value), "__pydantic_fields__", None) or {f.name: f for f in dataclasses.fields(value)}:
+            yield from _walk_numbers(getattr(value, name, None), (*path, name))
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _walk_numbers(item, (*path, str(key)))
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for item in value:
+            yield from _walk_numbers(item, path)
+
+
+def check_numbers(config: Any, name_of: Callable[[tuple], str | None] | None = None) -> Any:
+    """Refuse a built config (any stage's) holding a NaN/inf, or a negative temperature; returns it.
+
+    Called by `build_config` and `validate_config`; a stage's Python API may call it on a config
+    built directly."""
+    for path, problem in _walk_numbers(config, ()):
+        where = (name_of(path) if name_of else None) or f"--{'-'.join(path[:1]).replace('_', '-')}" + (
+            "." + ".".join(path[1:]) if len(path) > 1 else "")
+        raise InputError(f"{where}: {problem}")
+    return config
+
+
+def _validate_numbers(model: type, data: dict[str, Any], name_of: Callable[[tuple], str | None]) -> Any:
+    _reject_bools(model, data, name_of)
+    try:
+        config = _validate(model, data)
+    except ValidationError as error:
+        raise InputError(describe_validation_error(error, name_of)) from None
+    return check_numbers(config, name_of)
+
+
 def describe_validation_error(error: ValidationError, name_of: Callable[[tuple], str | None] | None = None) -> str:
     """One line: ``--lr: Input should be greater than 0; --dtype must be one of ...``."""
     problems = []
@@ -362,10 +458,7 @@ def validate_config(model: type, data: Mapping[str, Any], flags: Mapping[str, st
     def name_of(loc: tuple) -> str | None:
         return (flags or {}).get(loc[0]) or f"--{loc[0].replace('_', '-')}" if loc else None
 
-    try:
-        return _validate(model, dict(data))
-    except ValidationError as error:
-        raise InputError(describe_validation_error(error, name_of)) from None
+    return _validate_numbers(model, dict(data), name_of)
 
 
 def build_config(
@@ -419,10 +512,7 @@ def build_config(
                     return option.flag
         return None
 
-    try:
-        return _validate(model, data)
-    except ValidationError as error:
-        raise InputError(describe_validation_error(error, name_of)) from None
+    return _validate_numbers(model, data, name_of)
 
 
 # ---- typer commands -------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ Response shape follows the engines the client must handle:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -38,6 +39,7 @@ from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass as config_dataclass
 
 from draftsmith.core.asyncrun import run_async
+from draftsmith.core.signals import interrupted_by
 from draftsmith.core.config import cli
 from draftsmith.data.reasoning import split_think as split_reasoning
 
@@ -682,7 +684,9 @@ def build_app(config: ServeConfig) -> web.Application:
 
 async def _serve(config: ServeConfig, sock=None, ready_message: bool = True) -> None:
     app = build_app(config)
-    runner = web.AppRunner(app, access_log=None, handle_signals=True)
+    # No signal handlers of aiohttp's own (its GracefulExit is a silent exit 1): Ctrl-C and SIGTERM
+    # stop the server like every stage (core.signals), with a message and exit 130/143.
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     if sock is not None:
         site: web.BaseSite = web.SockSite(runner, sock)
@@ -731,7 +735,10 @@ def _run_workers(config: ServeConfig, workers: int) -> None:
                 os.kill(child, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-        raise SystemExit(0)
+        for child in children:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(child, 0)
+        interrupted_by(signum)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
@@ -757,7 +764,4 @@ def run_server(config: ServeConfig, workers: int = 1) -> None:
             raise ValueError("--workers > 1 is only for the echo backend (the model backend batches in one process)")
         _run_workers(config, workers)
         return
-    try:
-        run_async(_serve(config))
-    except KeyboardInterrupt:
-        pass
+    run_async(_serve(config))  # until Ctrl-C/SIGTERM: the CLI says so and exits 130/143

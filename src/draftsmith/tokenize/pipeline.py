@@ -25,6 +25,7 @@ from draftsmith.core.manifest import MANIFEST_NAME, check_manifest, set_complete
 from draftsmith.core.paths import require_output_dir
 from draftsmith.core.io import write_json_atomic
 from draftsmith.core.lock import lock_directory
+from draftsmith.core.signals import ignore_interrupts_in_worker
 from draftsmith.core.progress import Progress
 from draftsmith.tokenize.masking import POLICY_REASONS, ChatMasker, MaskedRow, MaskerConfig, RowDropped
 from draftsmith.data.conversation import parse_conversation
@@ -203,6 +204,7 @@ _WORKER_SKIP_IDS: frozenset[str] = frozenset()
 
 def _init_worker(tokenizer_path: str, config: MaskerConfig, skip_ids: frozenset[str]) -> None:
     global _WORKER_MASKER, _WORKER_SKIP_IDS
+    ignore_interrupts_in_worker()  # the parent stops the pool on Ctrl-C/SIGTERM (core.signals)
     _WORKER_SKIP_IDS = skip_ids
     # The worker processes are the parallelism; tokenizers' own threads would oversubscribe.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
