@@ -34,7 +34,7 @@ def bench(config, out: Path = Path("bench.json"), thinking: bool | None = None) 
 
 
 def register(app: typer.Typer) -> None:
-    from draftsmith.bench.sweep import BenchConfig
+    from draftsmith.bench.config import BenchConfig
 
     config_command(app, "bench", BenchConfig, bench, extras={
         "out": (Path, typer.Option(Path("bench.json"), "--out", "-o", help="Where to write the JSON for `plan`.")),

@@ -21,10 +21,11 @@ import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
-from draftsmith.core.redact import redact, redact_url
+from draftsmith.core.redact import check_endpoint_url, redact, redact_url
 from draftsmith.data.reasoning import extract_reasoning
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -145,7 +146,7 @@ def normalize_base_url(url: str) -> str:
         url = "http://" + url
     if url.endswith("/v1"):
         url = url[: -len("/v1")]
-    return url
+    return check_endpoint_url(url)  # a malformed URL is one line (its password never shown)
 
 
 async def _sse_lines(response: aiohttp.ClientResponse):
@@ -200,6 +201,10 @@ class ChatClient:
             await self._session.close()
             self._session = None
 
+    def _check_credentials(self, url: str) -> None:
+        parts = urlsplit(url)  # named as the user gave it: the endpoint, not the request's path
+        check_endpoint_url(f"{parts.scheme}://{parts.netloc}", api_key=self.headers.get("Authorization"))
+
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -208,6 +213,7 @@ class ChatClient:
 
     async def get_text(self, url: str, timeout_s: float = 5.0) -> tuple[int, str]:
         """GET ``url``; returns (status, body text). Raises ``EndpointConnectionError``."""
+        self._check_credentials(url)
         try:
             async with self.session.get(url, headers=self.headers, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
                 return response.status, (await response.read()).decode("utf-8", "replace")
@@ -229,6 +235,7 @@ class ChatClient:
         sends `Keep-Alive: timeout=5, max=100`); a request written into such a socket fails before
         any byte of an answer arrives, so sending it again cannot duplicate a completion.
         """
+        self._check_credentials(url)
         for attempt in range(STALE_CONNECTION_RETRIES + 1):
             try:
                 return await self.session.post(url, data=data, headers=self.headers)

@@ -186,7 +186,8 @@ class Option:
         if self.kind == "list":
             items = value if isinstance(value, (list, tuple)) else [value]
             if self.spec.split:
-                items = [part.strip() for item in items for part in (item.split(",") if isinstance(item, str) else [item])]
+                items = [part.strip() if isinstance(part, str) else part
+                         for item in items for part in (item.split(",") if isinstance(item, str) else [item])]
                 items = [item for item in items if item != ""]
             return list(items)
         if self.kind == "dict":
@@ -290,7 +291,11 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such config file")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = path.read_bytes()[: error.start].count(b"\n") + 1
+        raise InputError(f"{path}:{line}: not valid UTF-8 (byte 0x{error.object[error.start]:02x}); save the file as UTF-8") from None
     suffix = path.suffix.lower()
     try:
         if suffix == ".toml":

@@ -31,86 +31,16 @@ import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from aiohttp import web
-from pydantic import ConfigDict, Field
-from pydantic.dataclasses import dataclass as config_dataclass
 
 from draftsmith.core.asyncrun import run_async
 from draftsmith.core.signals import interrupted_by
-from draftsmith.core.config import cli
+from draftsmith.serve.config import FaultConfig, ServeConfig
 from draftsmith.data.reasoning import split_think as split_reasoning
 
 REASONING_FIELDS = ("reasoning_content", "reasoning", "inline")
-
-
-_SETTINGS = ConfigDict(use_attribute_docstrings=True, extra="forbid")
-Share = Annotated[float, Field(ge=0, le=1)]
-
-
-@config_dataclass(config=_SETTINGS)
-class FaultConfig:
-    """Fault injection for tests of the client's retry / requeue / resume logic.
-
-    Counters apply to ``/v1/chat/completions`` only. ``fail_rate`` and ``drop_rate`` are drawn from
-    a RNG seeded by ``seed`` so runs are reproducible.
-    """
-
-    fail_rate: Annotated[Share, cli("--fail-rate")] = 0.0
-    """Share of requests answered with ``fail_status`` (and a JSON error body)."""
-    fail_status: Annotated[int, cli("--fail-status")] = 503
-    """HTTP status of injected failures (e.g. 503, 429, 400)."""
-    fail_first: Annotated[int, cli("--fail-first"), Field(ge=0)] = 0
-    """The first N requests fail with ``fail_status`` (deterministic)."""
-    drop_rate: Annotated[Share, cli("--drop-rate")] = 0.0
-    """Share of requests whose connection is closed without any response."""
-    delay_s: Annotated[float, cli("--delay"), Field(ge=0)] = 0.0
-    """Added latency (seconds) before every completion."""
-    die_after: Annotated[int, cli("--die-after"), Field(ge=0)] = 0
-    """Hard-exit the process (like a crashed engine) when this many requests have arrived (0: never)."""
-    unhealthy: Annotated[bool, cli("--unhealthy/--no-unhealthy")] = False
-    """``/health`` answers 503 (an endpoint that is up but not ready)."""
-    seed: Annotated[int, cli("--seed")] = 0
-    """Seed of the fault-injection RNG."""
-
-
-@config_dataclass(config=_SETTINGS)
-class ServeConfig:
-    """Settings of one `draftsmith serve` process."""
-
-    backend: Literal["model", "echo"] | None = None
-    """``model`` (Hugging Face causal LM from ``model_dir``) or ``echo``; default: model with --model, else echo."""
-    model_dir: Annotated[Path | None, cli("--model")] = None
-    """Hugging Face model directory (the 'model' backend)."""
-    served_model_name: str | None = None
-    """Model name reported by the API."""
-    host: str = "127.0.0.1"
-    port: int = 8000
-    """Port (0: pick a free one; the bound port is printed)."""
-    reasoning_field: Literal["reasoning_content", "reasoning", "inline"] = "reasoning_content"
-    """reasoning_content (SGLang/llama-server), reasoning (vLLM) or inline (<think> in content)."""
-    max_batch_size: Annotated[int, Field(ge=1)] = 16
-    """Most concurrent requests decoded in one batch."""
-    batch_wait_s: Annotated[float, cli(hidden=True), Field(ge=0)] = 0.005
-    """How long the batcher waits for more requests to join a batch that is not yet full."""
-    echo_answer: str = "The answer to {prompt}"
-    """Echo backend answer template; ``{prompt}`` is the last user message."""
-    echo_reasoning: str = "Let me think about {prompt}"
-    """Echo backend reasoning template (empty string: no reasoning)."""
-    faults: FaultConfig = field(default_factory=FaultConfig)
-
-    def __post_init__(self) -> None:
-        if self.backend is None:
-            self.backend = "model" if self.model_dir is not None else "echo"
-
-    def model_name(self) -> str:
-        if self.served_model_name:
-            return self.served_model_name
-        if self.backend == "model" and self.model_dir is not None:
-            return Path(self.model_dir).name
-        return "echo"
 
 
 @dataclass
