@@ -70,6 +70,24 @@ DTYPE_NAMES: dict[str, str] = {
 }
 
 
+# Bytes per element of every dtype draftsmith sizes (hidden states on disk, memory plans); the
+# storage-only spellings (8-bit) are not training/serving dtypes, so they are not in DTYPE_NAMES.
+DTYPE_BYTES: dict[str, int] = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "float8_e5m2": 1, "int8": 1}
+STORAGE_DTYPE_NAMES: dict[str, str] = {
+    **{name: canonical for name, canonical in DTYPE_NAMES.items() if canonical != "auto"},
+    "float8": "float8_e4m3fn", "fp8": "float8_e4m3fn", "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
+    "int8": "int8",
+}
+
+
+def dtype_bytes(name: Any) -> int:
+    """Bytes per element of a dtype (any spelling in `STORAGE_DTYPE_NAMES`, ``torch.`` prefix allowed)."""
+    canonical = STORAGE_DTYPE_NAMES.get(str(name).strip().lower().removeprefix("torch."))
+    if canonical is None:
+        raise InputError(f"unknown dtype {name!r} (use bfloat16, float16, float32 or float8)")
+    return DTYPE_BYTES[canonical]
+
+
 def canonical_dtype(name: Any, *, allow_auto: bool = True) -> str:
     """``bf16`` / ``bfloat16`` / ``torch.bfloat16`` -> ``bfloat16`` (likewise fp16, fp32, auto)."""
     text = str(name).strip().lower().removeprefix("torch.")
