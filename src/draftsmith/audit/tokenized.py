@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from draftsmith.data.sources import suffix_of
+from draftsmith.data.sources import count_records
 from draftsmith.data.tokenized import iter_tokenized_batches, tokenized_files
 from draftsmith.audit.report import EXAMPLES, AuditReport, Check, Dominant
 from draftsmith.audit.thresholds import Thresholds, coerce_thresholds
@@ -587,16 +587,8 @@ class _Accumulator:
         )
 
 
-def _total_rows(paths, split: str | None) -> int | None:
-    import pyarrow.parquet as pq
-
-    total = 0
-    for path in paths:
-        for file in tokenized_files(path, split):
-            if suffix_of(file) != ".parquet":
-                return None
-            total += pq.ParquetFile(file).metadata.num_rows
-    return total
+def _total_rows(paths, split: str | None) -> int:
+    return sum(count_records(tokenized_files(path, split)) for path in paths)
 
 
 def audit_tokenized(
