@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+VOCAB = 1000  # token ids below this: inside the tiny target's (and any real target's) vocabulary
 LOAD_ONLY = """
 import json, sys, time
 t0 = time.perf_counter()
@@ -101,8 +102,10 @@ def measure(command: list[str], marker: str | None = None) -> dict:
     return {"wall_s": wall, "startup_s": seen.get("marker"), "peak_rss_gb": usage.ru_maxrss * 1024 / 1e9, "stdout": stdout}
 
 
-def run_one(data: Path, target: Path, work: Path, steps: int) -> dict:
+def run_one(data: Path, target: Path | None, work: Path, steps: int) -> dict:
     load = measure([sys.executable, "-c", LOAD_ONLY, str(data)])
+    if target is None:
+        return {"load": {**load, **json.loads(load.pop("stdout"))}}
     out = Path(tempfile.mkdtemp(prefix="train-", dir=work))
     train = measure(
         [sys.executable, "-m", "draftsmith", "train", "--target", str(target), "--data", str(data), "--out", str(out),
@@ -115,20 +118,26 @@ def run_one(data: Path, target: Path, work: Path, steps: int) -> dict:
 
 def report(results: dict[int, dict]) -> None:
     (small, base), (large, big) = sorted(results.items())
+    trained = "train" in base
     rows = [
         ("load_tokenized: peak RSS (GB)", base["load"]["peak_rss_gb"], big["load"]["peak_rss_gb"]),
         ("load_tokenized: load (s)", base["load"]["load_s"], big["load"]["load_s"]),
         ("load_tokenized: aggregates + fingerprint (s)", base["load"]["aggregates_s"], big["load"]["aggregates_s"]),
         ("load_tokenized: trainable_pairs scan (s)", base["load"]["trainable_pairs_s"], big["load"]["trainable_pairs_s"]),
+    ]
+    if trained:
+        rows += [
         ("train: start-up to first-step line (s)", base["train"]["startup_s"], big["train"]["startup_s"]),
         ("train: wall (s)", base["train"]["wall_s"], big["train"]["wall_s"]),
         ("train: peak RSS (GB)", base["train"]["peak_rss_gb"], big["train"]["peak_rss_gb"]),
-    ]
+        ]  # fmt: skip
     print(f"{'':46} {small:>12,} {large:>12,} {'growth':>9} {'ratio':>6} {'per sample':>12}")
     for name, a, b in rows:
         slope = (b - a) / (large - small)
         unit = f"{slope * 1e9:,.0f} B" if "GB" in name else f"{slope * 1e6:,.2f} us"
         print(f"{name:46} {a:12.3f} {b:12.3f} {b - a:+9.3f} {b / a if a else float('nan'):6.2f} {unit:>12}")
+    if not trained:
+        return
     growth = big["train"]["peak_rss_gb"] - base["train"]["peak_rss_gb"]
     print(f"train peak RSS grows {growth:+.3f} GB from {small:,} to {large:,} samples "
           f"({'within' if growth < 0.5 else 'OVER'} issue 15's 0.5 GB)")  # fmt: skip
@@ -140,18 +149,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--baseline", type=int, default=400, help="N0, measured in the same run (the issue's: 20000)")
     parser.add_argument("--tokens", type=int, default=2_700, help="mean tokens per row")
     parser.add_argument("--steps", type=int, default=2, help="train steps per run")
+    parser.add_argument("--load-only", action="store_true", help="measure load_tokenized only (no target needed)")
     parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "draftsmith-bench-scale")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(SRC))
-    from draftsmith.tiny import build_tiny_target
-    from transformers import AutoConfig
-
-    target = build_tiny_target(log=lambda message: print(message, file=sys.stderr))
-    vocab = int(AutoConfig.from_pretrained(target).vocab_size)
     args.work_dir.mkdir(parents=True, exist_ok=True)
+    sets = {samples: write_set(args.work_dir / f"tokenized-{samples}x{args.tokens}", samples, args.tokens, VOCAB)
+            for samples in (args.baseline, args.samples)}  # fmt: skip
+    target = None
+    if not args.load_only:
+        from draftsmith.tiny import build_tiny_target
+
+        target = build_tiny_target(log=lambda message: print(message, file=sys.stderr))
     results = {}
-    for samples in (args.baseline, args.samples):
-        data = write_set(args.work_dir / f"tokenized-{samples}x{args.tokens}", samples, args.tokens, vocab)
+    for samples, data in sets.items():
         results[samples] = run_one(data, target, args.work_dir, args.steps)
         print(f"{samples:,} samples: {json.dumps(results[samples])}", file=sys.stderr)
     report(results)
