@@ -305,6 +305,13 @@ def existing_shards(output_dir: Path) -> list[str]:
     return sorted({path.name for pattern in SHARD_GLOBS for path in output_dir.glob(pattern)})
 
 
+def is_tokenize_output(path: str | Path) -> bool:
+    """A directory a `tokenize` run writes: it holds its shards or its summary (and bookkeeping
+    such as manifest.json, which is no data)."""
+    path = Path(path)
+    return path.is_dir() and bool(existing_shards(path) or (path / SUMMARY_NAME).exists())
+
+
 def prepare_output_dir(output_dir: Path, overwrite: bool, resume: bool = False) -> list[str]:
     """Create the directory and return the shards to keep.
 
