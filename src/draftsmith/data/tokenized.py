@@ -576,12 +576,13 @@ class TokenizedDataset(Sequence):
         counts = []
         for chunk in self._chunks:
             stored = chunk.num_trainable.astype(np.int64)
-            lengths = np.diff(chunk.offsets)
-            cut = np.flatnonzero(lengths > self.max_length) if self.max_length is not None else []
+            cut = np.flatnonzero(np.diff(chunk.offsets) > self.max_length) if self.max_length is not None else []
             if len(cut):
                 starts = chunk.offsets[cut].astype(np.int64)
-                bounds = np.stack([starts, starts + self.max_length]).T.ravel()  # strictly increasing
-                stored[cut] = np.add.reduceat(chunk.mask, bounds, dtype=np.int64)[0::2]
+                for rows, base, stop in _windows(starts, starts + self.max_length):
+                    running = np.zeros(stop - base + 1, dtype=np.int64)
+                    np.cumsum(chunk.mask[base:stop], dtype=np.int64, out=running[1:])
+                    stored[cut[rows]] = running[starts[rows] + self.max_length - base] - running[starts[rows] - base]
                 chunk.release()
             counts.append(stored)
         return np.concatenate(counts)
@@ -597,21 +598,20 @@ class TokenizedDataset(Sequence):
 
     def trainable_pairs(self) -> np.ndarray:
         """Per sample (after truncation), the positions t with loss_mask[t] == loss_mask[t+1] == 1:
-        a sample without one has no position a draft block can start from. Vectorised, one chunk
-        of pages resident at a time."""
+        a sample without one has no position a draft block can start from. Vectorised over
+        windows of a few million tokens, one chunk of pages resident at a time."""
         counts = []
         for chunk in self._chunks:
-            pair = np.zeros(chunk.mask.size, dtype=np.int8)
-            np.logical_and(chunk.mask[:-1], chunk.mask[1:], out=pair[:-1].view(bool))
             starts = chunk.offsets[:-1].astype(np.int64)
-            lengths = np.diff(chunk.offsets).astype(np.int64)
+            ends = chunk.offsets[1:].astype(np.int64)
             if self.max_length is not None:
-                lengths = np.minimum(lengths, self.max_length)
+                ends = np.minimum(ends, starts + self.max_length)
             result = np.zeros(chunk.rows, dtype=np.int64)
-            usable = np.flatnonzero(lengths >= 2)
-            if usable.size:
-                bounds = np.stack([starts[usable], starts[usable] + lengths[usable] - 1]).T.ravel()
-                result[usable] = np.add.reduceat(pair, bounds, dtype=np.int64)[0::2]
+            for rows, base, stop in _windows(starts, ends):
+                trained = chunk.mask[base:stop].view(np.bool_)  # checked 0/1 by the writer
+                running = np.zeros(stop - base, dtype=np.int64)
+                np.cumsum(trained[:-1] & trained[1:], dtype=np.int64, out=running[1:])
+                result[rows] = running[ends[rows] - 1 - base] - running[starts[rows] - base]
             chunk.release()
             counts.append(result)
         return np.concatenate(counts)
@@ -625,6 +625,17 @@ class TokenizedDataset(Sequence):
             digest.update(stats["sha256"].encode() + b"\0")
         digest.update(self.lengths.astype("<i8").tobytes())
         return digest.hexdigest()[:32]
+
+
+def _windows(starts: np.ndarray, ends: np.ndarray, tokens: int = 1 << 22) -> Iterator[tuple[slice, int, int]]:
+    """(rows, first token, end token) windows over sorted, non-overlapping segments [start, end),
+    each spanning about `tokens` tokens (at least one row), so a scan's temporaries stay small."""
+    row = 0
+    while row < len(starts):
+        base = int(starts[row])
+        last = max(row + 1, int(np.searchsorted(ends, base + tokens, side="right")))
+        yield slice(row, last), base, int(ends[last - 1])
+        row = last
 
 
 def _check_unique_ids(chunks: list[_Chunk]) -> None:
