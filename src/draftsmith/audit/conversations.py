@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from draftsmith.audit.report import EXAMPLES, GATED_CHECKS, INFO_CHECKS, AuditReport, Check, Dominant
+from draftsmith.audit.report import EXAMPLES, GATED_CHECKS, INFO_CHECKS, AuditReport, Check, Dominant, duplicate_prompts
 from draftsmith.audit.thresholds import Thresholds, coerce_thresholds
 from draftsmith.audit.tokens import load_tokenizer
 from draftsmith.core.errors import InputError
@@ -88,7 +88,8 @@ class _ConversationAccumulator:
         raw = row.fields
         self.ids.append(sample)
 
-        empty = not content.strip()
+        # A final turn of only tool calls is an answer: the model's output is the calls.
+        empty = not content.strip() and not answer.get("tool_calls")
         self.empty.append(empty)
         if empty:
             self.checks["empty_response"].add(1, [sample])
@@ -133,7 +134,7 @@ class _ConversationAccumulator:
             if len(self.pending) >= PENDING:
                 self._count_pending()
 
-        completion_hash = _digest([reasoning or "", content])
+        completion_hash = _digest([reasoning or "", content, answer.get("tool_calls") or []])
         self.completion_hashes.append(completion_hash)
         self.prompt_hashes.append(_digest(prompt))
         if not empty:
@@ -221,12 +222,8 @@ class _ConversationAccumulator:
             self.checks["duplicate_completions"].add(
                 int(duplicate.sum()), [ids[i] for i in positions[duplicate][:EXAMPLES]]
             )
-        prompts = np.asarray(self.prompt_hashes, dtype=np.uint64)
-        if len(prompts):
-            _, first = np.unique(prompts, return_index=True)
-            duplicate = np.ones(len(prompts), dtype=bool)
-            duplicate[first] = False
-            self.checks["duplicate_prompts"].add(int(duplicate.sum()), pick_ids(duplicate))
+        duplicate = duplicate_prompts(self.prompt_hashes, completions)
+        self.checks["duplicate_prompts"].add(int(duplicate.sum()), pick_ids(duplicate))
         if ids:
             _, first = np.unique(np.asarray(ids, dtype=object).astype(str), return_index=True)
             repeated = np.ones(len(ids), dtype=bool)
