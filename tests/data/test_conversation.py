@@ -28,7 +28,11 @@ def final(content, **fields):
         ("A.", {}, (None, "A.", False)),  # no think block at all
         ("<think>\ncut off", {}, ("cut off", "", True)),  # the one unclosed rule
         ("text with <think> inside", {}, (None, "text with <think> inside", False)),
-        ("\n</think>\n\nA.", {"reasoning_content": "R"}, ("R\n", "\n\nA.", False)),  # stray close folded in
+        # With a reasoning field the content is verbatim, literal tags included (as Qwen3's template).
+        ("It ends with </think> then the answer.", {"reasoning_content": "R"},
+         ("R", "It ends with </think> then the answer.", False)),
+        ("Write <think> then </think>.", {"reasoning": "R"}, ("R", "Write <think> then </think>.", False)),
+        ("Keep this. <think>x", {"reasoning_content": "R"}, ("R", "Keep this. <think>x", False)),
     ],
 )
 def test_one_reasoning_rule(content, fields, expected):
