@@ -64,7 +64,8 @@ def content_hash_id(messages: list[dict[str, Any]]) -> str:
     canonical = json.dumps(
         [[m.get("role"), m.get("content")] for m in messages], ensure_ascii=False, separators=(",", ":")
     )
-    return "h" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:24]
+    # surrogatepass: the same bytes for every valid string, and no crash on a lone surrogate
+    return "h" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
 @dataclass

@@ -17,6 +17,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -230,7 +231,7 @@ def _is_json_array(path: Path) -> bool:
             head = handle.read(4096)
             while head and not head.lstrip(b" \t\r\n\xef\xbb\xbf"):
                 head = handle.read(4096)
-    except (OSError, EOFError) as error:
+    except (OSError, EOFError, zlib.error) as error:
         raise InputError(f"{path}: cannot read ({error})") from None
     return head.lstrip(b" \t\r\n\xef\xbb\xbf")[:1] == b"["
 
@@ -241,7 +242,7 @@ def _json_array_rows(path: Path) -> tuple[list[Any], bool]:
     try:
         with gzip.open(path, "rb") if path.name.lower().endswith(".gz") else path.open("rb") as handle:
             data = handle.read()
-    except (OSError, EOFError) as error:
+    except (OSError, EOFError, zlib.error) as error:
         raise InputError(f"{path}: cannot read ({error})") from None
     try:
         text = data.decode("utf-8-sig")
@@ -335,11 +336,22 @@ def iter_records(files: Iterable[Path], max_row_bytes: int | None = None) -> Ite
                     check_strings(row, f"{path}: row {index}")
                 yield Record(f"{path}: row {index}", row=row)
         else:
-            for number, line in iter_lines(path, max_row_bytes):
-                if isinstance(line, OversizedLine):
-                    yield Record(f"{path}:{number}", oversized=line.size)
-                else:
-                    yield Record(f"{path}:{number}", line=line)
+            yield from _jsonl_records(path, max_row_bytes)
+
+
+def _jsonl_records(path: Path, max_row_bytes: int | None) -> Iterator[Record]:
+    lines = iter_lines(path, max_row_bytes)
+    while True:
+        try:
+            number, line = next(lines)
+        except StopIteration:
+            return
+        except (OSError, EOFError, zlib.error) as error:  # a corrupt or truncated .gz, a read error
+            raise InputError(f"{path}: cannot read ({error})") from None
+        if isinstance(line, OversizedLine):
+            yield Record(f"{path}:{number}", oversized=line.size)
+        else:
+            yield Record(f"{path}:{number}", line=line)
 
 
 def count_records(files: Iterable[Path]) -> int:
@@ -355,8 +367,11 @@ def count_records(files: Iterable[Path]) -> int:
             total += len(_json_array_rows(path)[0])
         else:
             # Bytes: counting must not fail on (or decode) what the reader reports line by line.
-            with gzip.open(path, "rb") if path.name.lower().endswith(".gz") else path.open("rb") as handle:
-                total += sum(1 for line in handle if line.strip())
+            try:
+                with gzip.open(path, "rb") if path.name.lower().endswith(".gz") else path.open("rb") as handle:
+                    total += sum(1 for line in handle if line.strip())
+            except (OSError, EOFError, zlib.error) as error:
+                raise InputError(f"{path}: cannot read ({error})") from None
     return total
 
 
