@@ -54,7 +54,10 @@ CASES = {
                                        {"from": "function_call", "value": '{"name": "get_weather"}'},
                                        {"from": "observation", "value": "rain"},
                                        {"from": "chatgpt", "value": "It rains."}]},
-        [user("Weather in Oslo?"), {"role": "assistant", "content": '{"name": "get_weather"}'},
+        # The function_call turn is the call the model made: a tool call, not text.
+        [user("Weather in Oslo?"),
+         {"role": "assistant", "content": "",
+          "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {}}}]},
          {"role": "tool", "content": "rain"}], None, "It rains.",
     ),
     "sharegpt_reasoning_content": case(
