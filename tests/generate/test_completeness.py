@@ -19,7 +19,8 @@ def row(answer, **fields):
     row({"content": "ok"}, finish_reason="stop"),
     row({"content": "cut at max tokens"}, finish_reason="length"),
     row({"content": None, "tool_calls": CALL}, finish_reason="tool_calls"),
-    row({"content": ""}, finish_reason="stop"),  # empty is an answer (the audit judges it), not a cut-off
+    row({"content": ""}, finish_reason="stop"),
+    row({"content": None, "reasoning_content": "thinking, cut off"}, finish_reason="length"),  # empty is an answer (the audit judges it), not a cut-off
     row({"content": [{"type": "text", "text": "parts"}]}, finish_reason="stop"),
     row({"content": "a dataset row without engine fields"}),
     {"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]},
@@ -39,6 +40,7 @@ def test_complete_answers(value):
     (row({"content": "x"}, finish_reason=""), "not an engine's finish reason"),
     (row({"content": None}, finish_reason="stop"), "content is null"),
     (row({"content": None, "tool_calls": []}, finish_reason="stop"), "content is null"),
+    (row({"content": None, "reasoning_content": " "}, finish_reason="stop"), "content is null"),
     (row({"content": 42}, finish_reason="stop"), "content is a int"),
     (row({"content": {"text": "x"}}), "content is a dict"),
     (row({"content": [{"type": "image_url"}]}, finish_reason="stop"), "content is a list"),

@@ -19,7 +19,8 @@ answer only when
   its last chunk and ``[DONE]``) and not an abort; rows without engine fields (a plain dataset) are
   not held to this;
 * its content is text (a string or OpenAI text parts); null is an answer only in a turn that makes
-  tool calls, and a number, boolean or object never is.
+  tool calls or carries reasoning (an engine's reasoning parser leaves content null when the model
+  wrote nothing after, or was cut off inside, its thinking); a number, boolean or object never is.
 
 `generate` never writes a row that breaks it (it retries the sample); `tokenize` drops such rows,
 counted as `INCOMPLETE_ANSWER`, instead of training them (and the end-of-turn token after them).
@@ -185,7 +186,9 @@ def incomplete_answer(row: Any) -> str | None:
             calls = calls.tolist()
         if isinstance(calls, list) and calls:
             return None  # a turn that only calls tools
-        return "the answer's content is null"
+        if any(isinstance(turn.get(key), str) and turn[key].strip() for key in ("reasoning_content", "reasoning")):
+            return None  # a reasoning parser's turn with no answer text after (or cut inside) the thinking
+        return "the answer's content is null (no text, no tool calls, no reasoning)"
     if not _is_text(content):
         return f"the answer's content is a {type(content).__name__}, not text"
     return None
