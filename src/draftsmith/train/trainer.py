@@ -124,7 +124,7 @@ class DrafterTrainer:
         from draftsmith.model import DFlashDraftModel, build_drafter_config
         from draftsmith.model.block_attention import choose_attention
         from draftsmith.train.extract import FeatureStore, mask_token_id_for, resolve_layer_ids
-        from draftsmith.train.target import load_embedding_and_head, load_target_config, load_target_model
+        from draftsmith.model.target import load_embedding_and_head, load_target_config, load_target_model
 
         self.config = config
         self.context = context
