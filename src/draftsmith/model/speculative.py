@@ -33,7 +33,10 @@ class DecodeResult:
     acceptance_lengths: list[int] = field(default_factory=list)
     # Drafts matching the target per cycle, counted before cutting at a stop token, as vLLM counts.
     accepted_drafts: list[int] = field(default_factory=list)
-
+    # greedy_decode: per new token, the target's top-1 minus top-2 logit and the top-2 token, which
+    # tell a near-tie (a flip floating point can cause) from a real difference.
+    margins: list[float] = field(default_factory=list)
+    runners_up: list[int] = field(default_factory=list)
 
 
 def stop_set(stop_token_ids: Sequence[int] | None) -> set[int]:
@@ -63,8 +66,24 @@ def _crop(cache: DynamicCache, length: int) -> None:
 def greedy_decode(
     target, input_ids: torch.Tensor, max_new_tokens: int, stop_token_ids: Sequence[int] | None = None
 ) -> DecodeResult:
-    """Plain greedy decoding with a KV cache, one target forward per token (the baseline)."""
-    return _plain_decode(target, input_ids, max_new_tokens, stop_token_ids, lambda logits: int(logits.argmax()))
+    """Plain greedy decoding with a KV cache, one target forward per token (the baseline).
+
+    Besides the tokens it records each step's top-2 logit margin and runner-up (`margins`,
+    `runners_up`) for the losslessness check.
+    """
+    margins: list[float] = []
+    runners_up: list[int] = []
+
+    def choose(logits: torch.Tensor) -> int:
+        values, indices = logits.float().topk(2)
+        token, first, second = torch.stack([logits.argmax(), indices[0], indices[1]]).tolist()
+        margins.append(float(values[0] - values[1]))
+        runners_up.append(second if token == first else first)  # an exact tie: argmax took the other one
+        return token
+
+    result = _plain_decode(target, input_ids, max_new_tokens, stop_token_ids, choose)
+    result.margins, result.runners_up = margins, runners_up
+    return result
 
 
 def _plain_decode(
