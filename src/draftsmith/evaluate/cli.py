@@ -34,7 +34,25 @@ def run_eval(config: EvalConfig, progress=None):
         block_size=config.block_size, limit=config.limit, enable_thinking=config.thinking,
         dtype=torch_dtype(config.dtype), strict=False, progress=progress,
         temperature=config.temperature, seed=config.seed, split=config.split,
+        device=resolve_device(config.device), tie_tolerance=config.tie_tolerance,
     )
+
+
+def resolve_device(name: str) -> str:
+    """`auto` -> cuda when torch sees a GPU, else cpu; a device torch cannot use here is one line."""
+    import torch
+
+    from draftsmith.core.errors import InputError
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    kind, _, index = name.partition(":")
+    backend = {"cuda": torch.cuda, "xpu": getattr(torch, "xpu", None), "mps": getattr(torch.backends, "mps", None)}.get(kind)
+    if backend is not None and not backend.is_available():
+        raise InputError(f"--device {name}: this torch ({torch.__version__}) sees no {kind} device")
+    if index and kind in ("cuda", "xpu") and int(index) >= backend.device_count():
+        raise InputError(f"--device {name}: only {backend.device_count()} {kind} devices here")
+    return name
 
 
 def evaluate(config: EvalConfig, as_json: bool = False) -> None:
