@@ -44,6 +44,7 @@ STAGE_MODULES = (
     "train",
     "evaluate",
     "export",
+    "check",
     "serve",
     "demo",
     "tiny",
