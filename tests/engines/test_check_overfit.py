@@ -23,7 +23,7 @@ pytestmark = pytest.mark.timeout(1800)
 @pytest.fixture(scope="module")
 def gate(small_demo, tiny_target_dir, tmp_path_factory):
     work = tmp_path_factory.mktemp("overfit") / "gate"
-    prepared = prepare_overfit(tiny_target_dir, work, export=small_demo.export_dir, samples=1, steps=300,
+    prepared = prepare_overfit(tiny_target_dir, work, export=small_demo.export_dir, samples=1, steps=200,
                                max_new_tokens=64)
     return small_demo, work, prepared
 

@@ -39,7 +39,7 @@ class CheckConfig(BaseModel):
         None, description="vLLM server serving <overfit-dir>/export with the target (the gate prints its command)"
     )
     overfit_samples: int = Field(1, ge=1, description="samples the overfit gate trains on")
-    overfit_steps: int = Field(300, ge=1, description="optimizer steps of the overfit gate's training")
+    overfit_steps: int = Field(200, ge=1, description="optimizer steps of the overfit gate's training")
     overfit_max_new_tokens: int = Field(64, ge=8, description="tokens the target generates for each overfit sample")
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice)")
 

@@ -299,8 +299,8 @@ def _serving_template(target: TargetView, config: CheckConfig) -> tuple[str | No
             raise InputError(f"{config.chat_template}: cannot read the chat template ({error})") from None
     tokenizer = target.tokenizer
     template = getattr(tokenizer, "chat_template", None) if tokenizer is not None else None
-    if isinstance(template, dict):
-        template = template.get("default")
+    if isinstance(template, dict):  # the rule tokenize hashes by: "default", else the first one
+        template = template.get("default", next(iter(template.values()), None))
     return template, "the target tokenizer's"
 
 

@@ -89,7 +89,7 @@ def _fresh_work_dir(work: Path) -> None:
 
 
 def prepare_overfit(target_dir: str | Path, work: str | Path, export: str | Path | None = None, samples: int = 1,
-                    steps: int = 300, max_new_tokens: int = 64, lr: float = 5e-3,
+                    steps: int = 200, max_new_tokens: int = 64, lr: float = 5e-3,
                     log: Callable[[str], None] = lambda _: None) -> OverfitPrepared:
     """Train on `samples` target answers, export to `<work>/export`, measure the in-process tau."""
     import torch
