@@ -20,13 +20,13 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "draftsmith"
-STAGES = {"plan", "audit", "bench", "generate", "tokenize", "train", "evaluate", "export", "serve"}
+STAGES = {"plan", "audit", "bench", "generate", "tokenize", "train", "evaluate", "export", "serve", "check"}
 RANK = {
     "core": 0,
     "data": 1,
     "client": 2, "model": 2, "tiny": 2,
     **{stage: 3 for stage in STAGES},
-    "cli": 4, "demo": 4, "engines": 4, "__main__": 4, "__init__": 4,
+    "cli": 4, "demo": 4, "gates": 4, "engines": 4, "__main__": 4, "__init__": 4,
 }
 
 

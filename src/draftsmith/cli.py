@@ -44,6 +44,7 @@ STAGE_MODULES = (
     "train",
     "evaluate",
     "export",
+    "check",
     "serve",
     "demo",
     "tiny",
@@ -62,7 +63,7 @@ def audit_tokenized_output(output_dir, tokenizer: str, console) -> bool:
     return bool(report.passed)
 
 
-STAGE_HOOKS = {"tokenize": {"gate": audit_tokenized_output}}
+STAGE_HOOKS = {"tokenize": {"gate": audit_tokenized_output}, "check": {"overfit": importlib.import_module("draftsmith.gates.overfit").run_overfit_gate}}
 
 for _stage in STAGE_MODULES:
     importlib.import_module(f"draftsmith.{_stage}.cli").register(app, **STAGE_HOOKS.get(_stage, {}))

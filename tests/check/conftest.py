@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    # Tiny models on a shared 2-core machine: multi-threaded GEMMs stall on oversubscription.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="session")
+def dflash_reference():
+    """The reference `dflash` package; under CI (CI=true) its absence fails instead of skipping."""
+    from draftsmith.check.parity import reference_available
+
+    available, why = reference_available()
+    if not available:
+        message = f"reference dflash not importable ({why}); install it: pip install --no-deps dflash==0.1.0"
+        if os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
+            pytest.fail(message + " (required under CI=true)", pytrace=False)
+        pytest.skip(message)
+    import dflash
+
+    return dflash
+
+
+@pytest.fixture(scope="session")
+def good_export(small_demo) -> Path:
+    """The small demo's export: a short real training run on the tiny target, then `export`."""
+    return Path(small_demo.export_dir)
+
+
+@pytest.fixture
+def export_copy(good_export, tmp_path):
+    """A fresh copy of the good export to plant one fault in."""
+
+    def copy(name: str = "export") -> Path:
+        return Path(shutil.copytree(good_export, tmp_path / name))
+
+    return copy
