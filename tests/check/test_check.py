@@ -42,7 +42,8 @@ def _run(capsys, export: Path, target: Path, *extra: str) -> tuple[int, list[str
     return code, captured.out.splitlines() + captured.err.splitlines()
 
 
-def test_the_demo_export_is_clean(good_export, tiny_target_dir, capsys, dflash_reference):
+def test_the_demo_export_is_clean(small_demo, tiny_target_dir, capsys, dflash_reference):
+    good_export = Path(small_demo.export_dir)
     code, lines = _run(capsys, good_export, tiny_target_dir)
     assert code == 0, lines
     assert not [line for line in lines if line.startswith("error:")]
@@ -173,6 +174,11 @@ def test_template_and_thinking_mode_mismatches_warn(export_copy, tiny_target_dir
     code, lines = _run(capsys, export, tiny_target_dir, "--no-parity", "--chat-template", str(other),
                        "--template-kwargs", '{"enable_thinking": true}')
     assert code == 0 and any(line.startswith("warning: chat template sha256: is ") for line in lines), lines
+
+
+def test_a_short_training_run_exports_clean(good_export, tiny_target_dir, capsys, dflash_reference):
+    code, lines = _run(capsys, good_export, tiny_target_dir)
+    assert code == 0 and any(line.startswith("parity: passed") for line in lines), lines
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path, good_export, tiny_target_dir, capsys):

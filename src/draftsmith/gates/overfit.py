@@ -14,8 +14,10 @@ the engine in between). The gate has two halves so a server can be started betwe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -119,12 +121,14 @@ def prepare_overfit(target_dir: str | Path, work: str | Path, export: str | Path
     rows = _training_rows(target, tokenizer, prompts, max_new_tokens)
     write_tokenized(rows, work / "tokenized")
     log(f"[overfit] {samples} sample(s), {sum(sum(r['loss_mask']) for r in rows)} answer tokens; training {steps} steps")
-    result = train_drafter(TrainConfig(
+    train_config = TrainConfig(
         target=target_dir, data=work / "tokenized", out=work / "train", block_size=settings["block_size"],
         num_draft_layers=settings["num_draft_layers"], target_layer_ids=settings["target_layer_ids"],
         mask_token_id=settings["mask_token_id"], max_steps=steps, epochs=steps, batch_size=samples, lr=lr,
         warmup_ratio=0.0, progress=False, log_every=max(1, steps // 4), seed=0,
-    ))
+    )
+    with contextlib.redirect_stdout(sys.stderr):  # `check`'s stdout carries its report only
+        result = train_drafter(train_config)
     exported = export_drafter(result.drafter_dir, work / "export", overwrite=True)
     report = evaluate_drafter(target, exported.path, prompts_file, max_new_tokens=max_new_tokens, tokenizer=tokenizer)
     config = load_drafter_config(exported.path)
