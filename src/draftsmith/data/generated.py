@@ -52,13 +52,15 @@ def generated_row(
     content: str,
     reasoning: str | None,
     tools: list[dict[str, Any]] | None = None,
+    tool_calls: list[dict[str, Any]] | None = None,
     **fields: Any,
 ) -> dict[str, Any]:
-    """A contract-1 row: the prompt plus the generated assistant turn, then engine fields."""
-    row: dict[str, Any] = {
-        "id": sample_id,
-        "messages": [*prompt, {"role": "assistant", "content": content, "reasoning_content": reasoning}],
-    }
+    """A contract-1 row: the prompt plus the generated assistant turn (with the tool calls it
+    made, if any), then engine fields."""
+    answer: dict[str, Any] = {"role": "assistant", "content": content, "reasoning_content": reasoning}
+    if tool_calls:
+        answer["tool_calls"] = tool_calls
+    row: dict[str, Any] = {"id": sample_id, "messages": [*prompt, answer]}
     if tools:
         row["tools"] = tools
     row.update(fields)

@@ -32,6 +32,14 @@ class FaultConfig(BaseModel):
     delay_s: Annotated[float, cli("--delay")] = Field(0.0, ge=0, description="Added latency (seconds) before every completion.")
     die_after: Annotated[int, cli("--die-after")] = Field(
         0, ge=0, description="Hard-exit the process (like a crashed engine) when this many requests have arrived (0: never).")
+    retry_after: Annotated[str | None, cli("--retry-after")] = Field(
+        None, description="Retry-After header of injected failures, sent as given (e.g. 1e12, inf); default: 0 on a 429.")
+    cut_stream_rate: Annotated[Share, cli("--cut-stream-rate")] = Field(
+        0.0, description="Share of streamed answers that end cleanly halfway, before their finish_reason chunk and [DONE].")
+    bad_content_rate: Annotated[Share, cli("--bad-content-rate")] = Field(
+        0.0, description="Share of non-streamed answers whose message is replaced by bad_content (and no reasoning).")
+    bad_content: Annotated[Literal["null", "number"], cli("--bad-content")] = Field(
+        "null", description="What a bad answer's content is: null or a number.")
     unhealthy: Annotated[bool, cli("--unhealthy/--no-unhealthy")] = Field(
         False, description="/health answers 503 (an endpoint that is up but not ready).")
     seed: Annotated[int, cli("--seed")] = Field(0, description="Seed of the fault-injection RNG.")

@@ -420,7 +420,9 @@ class OpenAIServer:
             await asyncio.sleep(faults.delay_s)
         if self.requests_seen <= faults.fail_first or (faults.fail_rate and self.rng.random() < faults.fail_rate):
             response = _error_response(faults.fail_status, "injected failure", "server_error")
-            if faults.fail_status == 429:
+            if faults.retry_after is not None:
+                response.headers["Retry-After"] = faults.retry_after
+            elif faults.fail_status == 429:
                 response.headers["Retry-After"] = "0"
             return response
         if faults.drop_rate and self.rng.random() < faults.drop_rate:
@@ -458,7 +460,7 @@ class OpenAIServer:
                 completion = self.backend.complete(chat)
                 if chat.stream:
                     return await self._stream_echo(request, chat, completion)
-                return web.json_response(self._response(chat, completion))
+                return web.json_response(self._bad_content(self._response(chat, completion)))
             job = self.backend.submit(chat)
         except RequestError as error:
             return _error_response(400, str(error))
@@ -478,7 +480,14 @@ class OpenAIServer:
         completion = Completion(
             backend.decode(ids), ids, job.prompt_ids, finish, backend.reasoning_tokens(ids, False)
         )
-        return web.json_response(self._response(chat, completion))
+        return web.json_response(self._bad_content(self._response(chat, completion)))
+
+    def _bad_content(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The --bad-content fault: an answer whose content is null or a number, with no reasoning."""
+        if self.faults.bad_content_rate and self.rng.random() < self.faults.bad_content_rate:
+            content = None if self.faults.bad_content == "null" else 42
+            body["choices"][0]["message"] = {"role": "assistant", "content": content}
+        return body
 
     async def _sse_start(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
@@ -524,6 +533,10 @@ class OpenAIServer:
         if reasoning:
             pieces += [(field_name, word + " ") for word in reasoning.split(" ")]
         pieces += [("content", word + " ") for word in (message.get("content") or "").split(" ")]
+        if self.faults.cut_stream_rate and self.rng.random() < self.faults.cut_stream_rate:
+            for key, text in pieces[: len(pieces) // 2]:  # the --cut-stream-rate fault: no finish, no [DONE]
+                await response.write(self._chunk(chunk_id, {key: text}))
+            return response
         for index, (key, text) in enumerate(pieces):
             extra: dict[str, Any] = {}
             if chat.return_token_ids and index == len(pieces) - 1:
