@@ -19,7 +19,7 @@ from draftsmith.core.errors import InputError
 
 STAGE_CONFIGS = [
     ("draftsmith.generate.pipeline", "GenerateConfig"),
-    ("draftsmith.tokenize.pipeline", "TokenizeConfig"),
+    ("draftsmith.tokenize.config", "TokenizeConfig"),
     ("draftsmith.train.config", "TrainConfig"),
     ("draftsmith.train.config", "ExtractConfig"),
     ("draftsmith.evaluate.config", "EvalConfig"),

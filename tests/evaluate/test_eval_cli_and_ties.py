@@ -60,7 +60,10 @@ def _planted(monkeypatch, flip, later_wrong: int | None = None):
         rest = greedy_decode(target, torch.cat([input_ids, torch.tensor([prefix])], 1), max_new_tokens - len(prefix), stops)
         result.tokens = prefix + ([] if prefix[-1] in stops else rest.tokens)
         if later_wrong is not None:
-            result.tokens[later_wrong] = (result.tokens[later_wrong] + 1) % target.config.vocab_size
+            # The runner-up's continuation may stop early: plant on its last token, still after the tie.
+            index = min(later_wrong, len(result.tokens) - 1)
+            assert index > FLIP_AT, "the planted continuation must go past the near-tie"
+            result.tokens[index] = (result.tokens[index] + 1) % target.config.vocab_size
         return result
 
     monkeypatch.setattr(speculative, "speculative_decode", planted)

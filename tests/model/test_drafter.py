@@ -97,7 +97,7 @@ def test_weight_names_and_no_embeddings(tiny_drafter_config):
     assert names == expected_weight_names(tiny_drafter_config)
     assert not any("embed" in n or "lm_head" in n for n in names)
     hidden = tiny_drafter_config.hidden_size
-    assert model.fc.weight.shape == (hidden, 4 * hidden)
+    assert model.fc.weight.shape == (hidden, len(tiny_drafter_config.target_layer_ids) * hidden)
 
 
 def _inputs(target, tokenizer, config, context_len=12, seed=0):
@@ -115,7 +115,7 @@ def test_forward_shapes_and_logits(tiny_target, tiny_tokenizer, tiny_drafter_con
     torch.manual_seed(0)
     model = DFlashDraftModel(tiny_drafter_config).eval()
     features, noise, positions = _inputs(tiny_target, tiny_tokenizer, tiny_drafter_config)
-    assert features.shape == (2, 12, 4 * 128)
+    assert features.shape == (2, 12, len(tiny_drafter_config.target_layer_ids) * 128)
     hidden = model(position_ids=positions, noise_embedding=noise, target_hidden=features)
     assert hidden.shape == (2, 8, 128)
     logits = model.compute_logits(hidden, target_lm_head(tiny_target))
@@ -255,7 +255,7 @@ def test_gradient_checkpointing_keeps_gradients(tiny_drafter_config):
     (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
     model.train()
     noise = torch.randn(1, 8, 128)
-    context = torch.randn(1, 5, 4 * 128)
+    context = torch.randn(1, 5, len(tiny_drafter_config.target_layer_ids) * 128)
     model(position_ids=torch.arange(13)[None], noise_embedding=noise, target_hidden=context).square().mean().backward()
     assert model.layers[0].gradient_checkpointing
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for n, p in model.named_parameters() if "norm" not in n)

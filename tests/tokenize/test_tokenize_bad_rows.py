@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
+from draftsmith.data.tokenized import read_shard
 import pytest
 
 from draftsmith.tiny import chat_template, synthetic_conversations
@@ -83,7 +83,7 @@ def test_bad_rows_are_skipped_and_counted_and_the_run_goes_on(tmp_path, tiny_tar
     assert examples["template_error"] == [
         f"{source}:11 (template-raises): the chat template raised TemplateError: Conversation roles must alternate"
     ]
-    table = pq.read_table(out / "part-00000.parquet")
+    table = read_shard(out / "part-00000.arrow")
     ids = table.column("id").to_pylist()
     assert {"cut-off", "null-content", "number-content", "aborted", "template-raises"}.isdisjoint(ids)
     assert {"tools-as-text", "function-call"} <= set(ids)
@@ -98,7 +98,7 @@ def test_a_function_call_turn_renders_as_a_tool_call(tmp_path, tiny_target_dir):
     source = write_jsonl(tmp_path / "rows.jsonl", function_calling_rows()[1:])
     done = run_tokenize(source, "-t", tokenizer, "-o", tmp_path / "out", "--workers", "1", "--no-progress", "--no-audit")
     assert done.returncode == 0, done.stderr
-    input_ids = pq.read_table(tmp_path / "out" / "part-00000.parquet").column("input_ids").to_pylist()[0]
+    input_ids = read_shard(tmp_path / "out" / "part-00000.arrow").column("input_ids").to_pylist()[0]
     text = AutoTokenizer.from_pretrained(tokenizer).decode(input_ids)
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>' in text
     assert '"get_weather", "arguments"' in text and '<|im_start|>assistant\n{"name"' not in text
