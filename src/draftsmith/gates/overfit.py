@@ -79,10 +79,10 @@ def _training_rows(target, tokenizer, prompts: list[dict], max_new_tokens: int) 
 
 
 def _fresh_work_dir(work: Path) -> None:
-    from draftsmith.core.lock import LOCK_NAME
+    from draftsmith.core.lock import LOCK_NAME, OWNER_NAME
 
     work.mkdir(parents=True, exist_ok=True)
-    entries = [entry for entry in work.iterdir() if entry.name != LOCK_NAME]
+    entries = [entry for entry in work.iterdir() if entry.name not in (LOCK_NAME, OWNER_NAME)]
     if entries and not (work / MARKER).exists():
         raise InputError(f"{work}: not empty and not an overfit-gate directory; choose another --overfit-dir")
     for entry in entries:
