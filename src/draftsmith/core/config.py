@@ -35,6 +35,24 @@ from pydantic.fields import FieldInfo
 from draftsmith.core.errors import InputError
 
 
+def _flags_show_no_value_type() -> None:
+    """typer's rich help prints a value type beside every flag (`--help <bool>`, `--json <bool>`),
+    though a flag takes no value; click's plain help leaves it out, and so do we."""
+    option = typer.core.TyperOption
+    if getattr(option.display_type_rich, "draftsmith_flags", False):
+        return
+    shown = option.display_type_rich
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag or self.count else shown(self, ctx)
+
+    display_type_rich.draftsmith_flags = True
+    option.display_type_rich = display_type_rich
+
+
+_flags_show_no_value_type()
+
+
 @dataclasses.dataclass(frozen=True)
 class Cli:
     """How one config field appears on the command line (attach with ``Annotated[T, Cli(...)]``)."""
