@@ -61,9 +61,12 @@ def evaluate(config: EvalConfig, as_json: bool = False) -> None:
     from rich.console import Console
 
     from draftsmith.core.io import write_atomic
+    from draftsmith.core.lazy import require_optional
     from draftsmith.core.progress import Progress
     from draftsmith.evaluate.speculative import LosslessnessError, _mismatch_message
 
+    if config.plot is not None:
+        require_optional("matplotlib", "--plot", "plot")
     err = Console(stderr=True)
     with Progress("eval", unit="prompts", console=err) as bar:
         report = run_eval(config, progress=bar)
