@@ -240,20 +240,9 @@ class _ConversationAccumulator:
         over.checked = self.max_context is not None and bool((totals >= 0).any())
         if not over.checked:
             over.note = "needs --max-context and token counts (usage fields or --tokenizer)"
-        return AuditReport(
-            input_kind="conversations",
-            paths=[str(p) for p in paths],
-            samples=self.samples,
-            bad_samples=self.bad,
-            length_unit=unit,
-            trainable_counts=trainable_counts,
-            sequence_counts=sequence_counts,
-            dominant_mask_sum=mask_sum,
-            dominant_span=span,
-            checks=self.checks,
-            errors=self.errors,
-            errors_total=self.errors_total,
-            thresholds=thresholds,
+        return AuditReport.from_tally(
+            self, paths, input_kind="conversations", length_unit=unit, trainable_counts=trainable_counts,
+            sequence_counts=sequence_counts, dominant_mask_sum=mask_sum, dominant_span=span, thresholds=thresholds,
             settings=settings,
         )
 

@@ -86,6 +86,12 @@ class AuditReport:
         if not self.gates:
             self.gates = evaluate_gates(self)
 
+    @classmethod
+    def from_tally(cls, tally: Any, paths, **fields: Any) -> AuditReport:
+        """A report from an audit's running tally (its sample, bad-sample, check and error counts)."""
+        return cls(paths=[str(path) for path in paths], samples=tally.samples, bad_samples=tally.bad, checks=tally.checks,
+                   errors=tally.errors, errors_total=tally.errors_total, **fields)  # fmt: skip
+
     # -- results -------------------------------------------------------------------------------
     @property
     def audited_samples(self) -> int:

@@ -623,20 +623,9 @@ class _Accumulator:
         self.checks["duplicate_prompts"].add(int(duplicate.sum()), self.ids_of(rows[duplicate]))
         self._repeated_ids()
 
-        return AuditReport(
-            input_kind="tokenized",
-            paths=[str(p) for p in paths],
-            samples=self.samples,
-            bad_samples=self.bad,
-            length_unit="tokens",
-            trainable_counts=self.trainable_counts,
-            sequence_counts=self.sequence_counts,
-            dominant_mask_sum=mask_sum,
-            dominant_span=span,
-            checks=self.checks,
-            errors=self.errors,
-            errors_total=self.errors_total,
-            thresholds=thresholds,
+        return AuditReport.from_tally(
+            self, paths, input_kind="tokenized", length_unit="tokens", trainable_counts=self.trainable_counts,
+            sequence_counts=self.sequence_counts, dominant_mask_sum=mask_sum, dominant_span=span, thresholds=thresholds,
             settings=settings,
         )
 

@@ -519,13 +519,16 @@ class OpenAIServer:
         }
         return b"data: " + json.dumps(body).encode() + b"\n\n"
 
-    async def _stream_echo(self, request: web.Request, chat: ChatRequest, completion: Completion) -> web.StreamResponse:
+    async def _open_stream(self, request: web.Request, chat: ChatRequest, prompt_ids: list[int]) -> tuple[web.StreamResponse, str]:
+        """The SSE response and its id, after the first chunk (the assistant role, and the prompt's ids if asked)."""
         response = await self._sse_start(request)
         chunk_id = f"chatcmpl-{uuid.uuid4().hex}"
-        first: dict[str, Any] = {}
-        if chat.return_token_ids:
-            first["prompt_token_ids"] = completion.prompt_token_ids
+        first: dict[str, Any] = {"prompt_token_ids": prompt_ids} if chat.return_token_ids else {}
         await response.write(self._chunk(chunk_id, {"role": "assistant", "content": ""}, **first))
+        return response, chunk_id
+
+    async def _stream_echo(self, request: web.Request, chat: ChatRequest, completion: Completion) -> web.StreamResponse:
+        response, chunk_id = await self._open_stream(request, chat, completion.prompt_token_ids)
         message = self._message(completion.text)
         field_name = self.config.reasoning_field
         reasoning = message.get(field_name) if field_name != "inline" else None
@@ -554,12 +557,7 @@ class OpenAIServer:
     async def _stream_model(self, request: web.Request, chat: ChatRequest, job: _Job) -> web.StreamResponse:
         backend = self.backend
         assert isinstance(backend, ModelBackend)
-        response = await self._sse_start(request)
-        chunk_id = f"chatcmpl-{uuid.uuid4().hex}"
-        first: dict[str, Any] = {}
-        if chat.return_token_ids:
-            first["prompt_token_ids"] = job.prompt_ids
-        await response.write(self._chunk(chunk_id, {"role": "assistant", "content": ""}, **first))
+        response, chunk_id = await self._open_stream(request, chat, job.prompt_ids)
         ids: list[int] = []
         emitted = ""
         in_reasoning = False
