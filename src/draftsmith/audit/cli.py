@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import typer
 
 from draftsmith.audit.config import AuditConfig
 from draftsmith.core.config import config_command
+from draftsmith.core.io import dumps_json
 
 
 def _thresholds_epilog() -> str:
@@ -61,7 +61,7 @@ def audit(config: AuditConfig, as_json: bool = False) -> None:
 
         plot_histogram(report, plot)
     if as_json:
-        typer.echo(json.dumps(report.to_dict(), indent=2))
+        typer.echo(dumps_json(report.to_dict()))
         typer.echo(report.verdict, err=True)
     else:
         console = Console(width=max(Console().width, 120)) if not sys.stdout.isatty() else Console()

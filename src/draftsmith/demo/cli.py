@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import typer
 
 from draftsmith.core.config import config_command
+from draftsmith.core.io import dumps_json
 
 
 def demo(config, as_json: bool = False) -> None:
@@ -18,7 +18,7 @@ def demo(config, as_json: bool = False) -> None:
     console = Console(stderr=True)
     result = run_demo(config, log=lambda message: console.print(message, markup=False, highlight=False))
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        typer.echo(dumps_json(result.to_dict()))
         return
     table = Table(title="draftsmith demo (tiny default target)", show_header=False)
     table.add_row("regenerated samples", f"{result.generated:,} at {result.generate_tokens_per_s:,.0f} output tok/s")

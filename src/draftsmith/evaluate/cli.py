@@ -3,11 +3,10 @@ process or on a live serving engine (`--endpoint`)."""
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 from draftsmith.core.config import config_command
+from draftsmith.core.io import dumps_json
 from draftsmith.evaluate.config import EvalConfig
 
 
@@ -79,7 +78,7 @@ def evaluate(config: EvalConfig, as_json: bool = False) -> None:
         plot_eval_report(report, config.plot)
         err.print(f"plot written to {config.plot}")
     if as_json:
-        typer.echo(json.dumps(report.to_dict(), indent=2))
+        typer.echo(dumps_json(report.to_dict()))
     else:
         report.render(Console())
         typer.echo(report.verdict)

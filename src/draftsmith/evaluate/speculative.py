@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from draftsmith.core.errors import DraftsmithError, InputError
+from draftsmith.core.io import dumps_json
 from draftsmith.core.paths import require_dir
 from draftsmith.evaluate.prompts import Prompt, prompt_from_row, read_prompts
 from draftsmith.model import DFlashDraftModel, load_drafter
@@ -89,7 +90,7 @@ class EvalReport:
         return data
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
+        return dumps_json(self.to_dict())
 
     @property
     def verdict(self) -> str:

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from draftsmith.core.config import config_command
+from draftsmith.core.io import dumps_json
 from draftsmith.plan.config import PlanConfig, TrainPlanConfig
 
 _JSON = {"as_json": (bool, typer.Option(False, "--json", help="Print the plan as JSON instead of tables."))}
@@ -51,7 +51,7 @@ def _flags_given(config) -> dict:
 
 def _emit(result, render, as_json: bool) -> None:
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        typer.echo(dumps_json(result.to_dict()))
     else:
         render(result)
 
