@@ -67,6 +67,8 @@ class Cli:
     envvar: str | None = None
     metavar: str | None = None
     help: str | None = None
+    panel: str | None = None
+    """The `--help` section this option is listed under (default: the model's `cli_panels`, else Options)."""
 
 
 def cli(*flags: str, **options: Any) -> Cli:
@@ -211,6 +213,7 @@ class Option:
                 help=help_text,
                 show_default=self.kind != "bool",
                 envvar=self.spec.envvar,
+                rich_help_panel=self.spec.panel,
                 **extra,
             )
         return inspect.Parameter(
@@ -289,8 +292,22 @@ def _unwrap(annotation: Any) -> tuple[Any, list[Any]]:
     return annotation, metadata
 
 
+def _panels_of(model: type) -> dict[str, str]:
+    """Field name -> `--help` section, from the model's optional ``cli_panels = {"Section": ("field", ...)}``."""
+    declared = getattr(model, "cli_panels", None) or {}
+    fields = _fields(model)
+    panels = {}
+    for panel, names in declared.items():
+        for name in names:
+            if name not in fields:
+                raise TypeError(f"{model.__name__}.cli_panels[{panel!r}] names {name!r}, which is not a field")
+            panels[name] = panel
+    return panels
+
+
 def options_of(model: type, prefix: tuple[str, ...] = ()) -> Iterator[Option]:
     """The command-line options of a config model, nested models flattened."""
+    panels = _panels_of(model)
     for name, info in _fields(model).items():
         annotation, metadata = _unwrap(info.annotation)
         metadata = [*metadata, *info.metadata]
@@ -300,6 +317,8 @@ def options_of(model: type, prefix: tuple[str, ...] = ()) -> Iterator[Option]:
         base = _strip_optional(annotation)
         base, more = _unwrap(base)
         spec = next((item for item in reversed(more) if isinstance(item, Cli)), spec)
+        if spec.panel is None and name in panels:
+            spec = dataclasses.replace(spec, panel=panels[name])
         path = (*prefix, name)
         if _is_model(base):
             yield from options_of(base, path)
