@@ -175,6 +175,7 @@ def test_cli_panels_group_the_help_and_a_misspelt_field_is_refused():
 
     app = typer.Typer()
     config_command(app, "go", Settings, lambda config: typer.echo(config.model_dump_json()))
+    config_command(app, "other", Settings, lambda config: None)  # two commands: `go` stays a sub-command
     result = CliRunner().invoke(app, ["go", "--help"], env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.output
     text = result.output
