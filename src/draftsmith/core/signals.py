@@ -34,11 +34,6 @@ def install() -> None:
     signal.signal(signal.SIGTERM, _on_terminate)
 
 
-def received() -> int | None:
-    """The signal that interrupted this run (SIGINT when a KeyboardInterrupt came from Ctrl-C)."""
-    return _received
-
-
 def exit_code() -> int:
     return 128 + (_received or signal.SIGINT)
 

@@ -178,28 +178,6 @@ class TokenizedSample:
         return int(self.loss_mask.sum())
 
 
-def iter_tokenized(path: str | Path | Iterable[str | Path], split: str | None = None) -> Iterator[TokenizedSample]:
-    """Checked samples, streaming (any contract-2 input, no cache); a bad row raises `InputError`."""
-    seen: dict[str, str] = {}
-    current, first_row = None, 0
-    for file, batch in iter_tokenized_batches(path, split=split):
-        if file != current:
-            current, first_row = file, 0
-        checked = check_batch(file, first_row, batch)
-        offsets = checked.offsets
-        for row, sample_id in enumerate(checked.ids):
-            where = f"{file}: row {first_row + row} (id {sample_id})"
-            if sample_id in seen:
-                raise InputError(f"{where}: duplicate id, first seen in {seen[sample_id]}")
-            seen[sample_id] = where
-            start, end = offsets[row], offsets[row + 1]
-            yield TokenizedSample(sample_id, checked.tokens[start:end], checked.mask[start:end])
-        first_row += batch.num_rows
-
-
-# -- writing ---------------------------------------------------------------------------------------
-
-
 class _ContentDigest:
     """The sha256 of a shard's content, fed batch by batch: ids, row lengths, token ids, masks."""
 
