@@ -140,7 +140,7 @@ class Option:
             return [json.dumps(default)] if default else None
         return default
 
-    def typer_param(self) -> inspect.Parameter:
+    def typer_param(self, panel: str | None = None) -> inspect.Parameter:
         help_text = self.spec.help or self.info.description or ""
         if self.info.is_required():
             help_text = f"{help_text} [required]".strip()
@@ -161,7 +161,7 @@ class Option:
             extra["metavar"] = self.spec.metavar
         if self.spec.positional:
             extra["metavar"] = self.flag
-            info = typer.Argument(None, help=help_text, show_default=False, **extra)
+            info = typer.Argument(None, help=help_text, show_default=False, rich_help_panel=panel, **extra)
         else:
             names = self.spec.flags or (
                 f"--{'-'.join(self.path).replace('_', '-')}" + (
@@ -174,6 +174,7 @@ class Option:
                 help=help_text,
                 show_default=self.kind != "bool",
                 envvar=self.spec.envvar,
+                rich_help_panel=panel,
                 **extra,
             )
         return inspect.Parameter(
@@ -447,7 +448,9 @@ def config_command(
     """
     options = list(options_of(model))
     extras = dict(extras or {})
-    parameters = [option.typer_param() for option in options]
+    # A model may group its flags in `--help`: `help_panels: ClassVar[dict[str, str]]` (field -> panel title).
+    panels = getattr(model, "help_panels", None) or {}
+    parameters = [option.typer_param(panels.get(option.path[0])) for option in options]
     parameters.append(
         inspect.Parameter(
             "config_file",

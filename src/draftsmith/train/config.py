@@ -6,17 +6,32 @@ Kept free of torch so that building the command line stays fast.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+Beta = Annotated[float, Field(ge=0, lt=1)]
+
 from draftsmith.core.config import DType, StorageDType, cli
+
+
+_PANELS = {
+    "Data": ("data", "split", "offline_features", "max_length", "num_anchors", "data_workers"),
+    "Model": ("target", "block_size", "num_draft_layers", "target_layer_ids", "num_features", "mask_token_id", "dtype",
+              "gradient_checkpointing", "attention", "device", "sharding", "num_threads"),
+    "Optimization": ("gamma", "epochs", "max_steps", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
+                     "grad_accum", "batch_size", "seed"),
+    "Checkpoints": ("out", "save_every", "keep_checkpoints", "resume", "force_resume"),
+    "Logging": ("log_every", "progress", "report_to", "benchmark_steps"),
+}  # fmt: skip
 
 
 class TrainConfig(BaseModel):
     """Everything a training run needs; the defaults are the paper's recipe."""
 
     model_config = ConfigDict(extra="forbid")
+    # `train --help` shows the flags in these groups (their names stay flat: --lr, --save-every, ...).
+    help_panels: ClassVar[dict[str, str]] = {name: panel for panel, names in _PANELS.items() for name in names}
 
     target: Path = Field(description="target model directory (Hugging Face format)")
     data: Path = Field(description="tokenized dataset (Parquet shards with input_ids/loss_mask)")
@@ -39,7 +54,7 @@ class TrainConfig(BaseModel):
     min_lr_ratio: float = Field(0.0, ge=0, le=1)
     warmup_ratio: float = Field(0.04, ge=0, lt=1)
     weight_decay: float = Field(0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.95)
+    betas: tuple[Beta, Beta] = Field((0.9, 0.95), description="AdamW betas, each in [0, 1)")
     grad_clip: float = Field(1.0, ge=0, description="0 disables clipping")
     grad_accum: int = Field(1, ge=1)
     batch_size: int = Field(1, ge=1, description="sequences per micro-batch per process")
@@ -49,6 +64,10 @@ class TrainConfig(BaseModel):
         "auto", description="drafter attention: auto (= sparse), dense (reference mask), sparse (tiled), flex (CUDA only)"
     )
     device: str = "auto"
+    sharding: Literal["ddp", "fsdp"] = Field(
+        "ddp", description="under torchrun: ddp (replicated drafter) or fsdp (FSDP2: drafter, optimizer and target sharded)"
+    )
+    data_workers: int = Field(2, ge=0, description="DataLoader worker processes building batches ahead (0: in the loop)")
     num_threads: Annotated[int | None, cli("--threads")] = Field(None, ge=1, description="CPU threads per process (torch default if unset)")
     seed: int = 0
     save_every: int = Field(0, ge=0, description="checkpoint every N steps (0: at each epoch end)")

@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+
+# NCCL's default is 10 minutes; writing a 30-40 GB checkpoint to a network disk can take longer.
+PROCESS_GROUP_TIMEOUT = timedelta(seconds=int(os.environ.get("DRAFTSMITH_DIST_TIMEOUT_S", "3600")))
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,8 @@ def init_distributed(device_name: str = "auto") -> DistributedContext:
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        dist.init_process_group(backend=backend)
+        # Long enough for rank 0 to write a large checkpoint while the others wait in a barrier.
+        dist.init_process_group(backend=backend, timeout=PROCESS_GROUP_TIMEOUT)
         initialized_here = True
     return DistributedContext(rank, world_size, local_rank, device, initialized_here)
 
@@ -64,6 +70,14 @@ def all_reduce_sum(values: torch.Tensor, context: DistributedContext) -> torch.T
         return values
     reduced = values.detach().clone().to(context.device)
     dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
+    return reduced.to(values.device)
+
+
+def all_reduce_max(values: torch.Tensor, context: DistributedContext) -> torch.Tensor:
+    if not context.enabled:
+        return values
+    reduced = values.detach().clone().to(context.device)
+    dist.all_reduce(reduced, op=dist.ReduceOp.MAX)
     return reduced.to(values.device)
 
 
