@@ -50,7 +50,7 @@ def _conversation_row(text: str) -> str:
 def files(tmp_path_factory, tiny_target_dir) -> dict[str, Path]:
     """One of each bad input, plus the good parts the stages need around it."""
     from draftsmith.model import DFlashDraftModel, build_drafter_config, save_drafter
-    from draftsmith.train.target import load_target_config
+    from draftsmith.model.target import load_target_config
 
     root = tmp_path_factory.mktemp("bad")
     paths = {"root": root, "target": tiny_target_dir}

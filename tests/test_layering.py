@@ -20,13 +20,13 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "draftsmith"
-STAGES = {"plan", "audit", "bench", "generate", "tokenize", "train", "evaluate", "export", "serve"}
+STAGES = {"plan", "audit", "bench", "generate", "tokenize", "train", "evaluate", "export", "serve", "check"}
 RANK = {
     "core": 0,
     "data": 1,
     "client": 2, "model": 2, "tiny": 2,
     **{stage: 3 for stage in STAGES},
-    "cli": 4, "demo": 4, "engines": 4, "__main__": 4, "__init__": 4,
+    "cli": 4, "demo": 4, "gates": 4, "engines": 4, "__main__": 4, "__init__": 4,
 }
 
 
@@ -94,3 +94,96 @@ def test_the_checker_catches_a_stage_importing_a_stage(tmp_path, monkeypatch):
     problems = layering_violations()
     assert any("bench/x.py:2 imports draftsmith.generate.pipeline: a stage imports another stage" in p for p in problems)
     assert any("core/y.py:1 imports draftsmith.model:" in p and "higher layer" in p for p in problems)
+
+
+def _module_of(name: str) -> Path | None:
+    """The file a dotted `draftsmith...` name loads: a module, a package's __init__, or None."""
+    relative = Path(*name.split(".")[1:])
+    if (PACKAGE / relative).with_suffix(".py").is_file():
+        return (PACKAGE / relative).with_suffix(".py")
+    if (PACKAGE / relative / "__init__.py").is_file():
+        return PACKAGE / relative / "__init__.py"
+    return None
+
+
+def _imported_names(path: Path) -> list[list[str]]:
+    """Per imported name, the dotted names it may load, most specific first (`from a import b`: a.b, a)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package_parts = ("draftsmith", *path.relative_to(PACKAGE).parent.parts)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [[alias.name] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package_parts[: len(package_parts) - node.level + 1]
+                module = ".".join((*base, node.module) if node.module else base)
+            else:
+                module = node.module or ""
+            found += [[f"{module}.{alias.name}", module] for alias in node.names]
+    return [names for names in found if names[0].startswith("draftsmith")]
+
+
+def _import_graph() -> dict[Path, set[Path]]:
+    """Module -> the modules it imports (top-level and inside functions); `from pkg import name` of a
+    submodule counts as importing the submodule, of anything else as importing the package."""
+    graph: dict[Path, set[Path]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        edges = set()
+        for candidates in _imported_names(path):
+            target = next((found for name in candidates if (found := _module_of(name)) is not None), None)
+            if target is not None and target != path:
+                edges.add(target)
+        graph[path] = edges
+    return graph
+
+
+def import_circles() -> list[str]:
+    """Every strongly connected group of two or more modules, as `a -> b -> ... -> a` (Tarjan)."""
+    graph = _import_graph()
+    index: dict[Path, int] = {}
+    low: dict[Path, int] = {}
+    stack: list[Path] = []
+    on_stack: set[Path] = set()
+    circles: list[str] = []
+
+    def visit(node: Path) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for child in sorted(graph.get(node, ())):
+            if child not in index:
+                visit(child)
+                low[node] = min(low[node], low[child])
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                names = sorted(member.relative_to(PACKAGE).as_posix() for member in group)
+                circles.append(" <-> ".join(names))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return circles
+
+
+def test_no_import_circles():
+    assert import_circles() == []
+
+
+def test_the_checker_catches_an_import_circle(tmp_path, monkeypatch):
+    fake = tmp_path / "draftsmith"
+    (fake / "audit").mkdir(parents=True)
+    (fake / "audit" / "render.py").write_text("from draftsmith.audit.report import _pct\n")
+    (fake / "audit" / "report.py").write_text("def f():\n    from draftsmith.audit import render\n")
+    (fake / "audit" / "plain.py").write_text("from draftsmith.audit.report import f\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
+    assert import_circles() == ["audit/render.py <-> audit/report.py"]

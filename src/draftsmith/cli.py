@@ -44,6 +44,7 @@ STAGE_MODULES = (
     "train",
     "evaluate",
     "export",
+    "check",
     "serve",
     "demo",
     "tiny",
@@ -62,7 +63,7 @@ def audit_tokenized_output(output_dir, tokenizer: str, console) -> bool:
     return bool(report.passed)
 
 
-STAGE_HOOKS = {"tokenize": {"gate": audit_tokenized_output}}
+STAGE_HOOKS = {"tokenize": {"gate": audit_tokenized_output}, "check": {"overfit": importlib.import_module("draftsmith.gates.overfit").run_overfit_gate}}
 
 for _stage in STAGE_MODULES:
     importlib.import_module(f"draftsmith.{_stage}.cli").register(app, **STAGE_HOOKS.get(_stage, {}))
@@ -70,6 +71,9 @@ for _stage in STAGE_MODULES:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for the console script; returns the process exit code."""
+    from draftsmith.core import signals
+
+    signals.install()
     try:
         # With standalone_mode=False click returns a command's `typer.Exit(code)` instead of raising.
         result = app(args=argv, standalone_mode=False)
@@ -79,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:
         # The file system refused a path the user gave (a file where a directory goes, a full
         # disk, no permission): their problem to fix, said in one line.
+        from draftsmith.core.io import DISK_FULL, disk_full
+
+        if error.errno in DISK_FULL:  # a write deep in a stage (torch.save, a shard) has no file name
+            typer.echo(f"draftsmith: error: {disk_full(error)}", err=True)
+            return 2
         if error.filename is None:
             raise
         typer.echo(f"draftsmith: error: {error.filename}: {error.strerror or error}", err=True)
@@ -87,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         typer.echo(f"draftsmith: error: {redact(describe_validation_error(error))}", err=True)
         return 2
     except (typer.Abort, KeyboardInterrupt):
-        typer.echo("draftsmith: interrupted", err=True)
-        return 130
+        typer.echo(signals.describe(), err=True)
+        return signals.exit_code()
     except Exception as error:  # click usage errors carry their own exit code
         import click
 
@@ -98,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
             return error.exit_code
         raise
     if result == 130:  # typer turns Ctrl-C inside a command into Exit(130), said nowhere
-        typer.echo("draftsmith: interrupted", err=True)
+        typer.echo(signals.describe(), err=True)
+        return signals.exit_code()
     return result if isinstance(result, int) else 0
 
 

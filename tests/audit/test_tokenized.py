@@ -32,7 +32,8 @@ def test_boilerplate_87_percent_fails_with_a_clear_verdict(boilerplate_dir, tiny
     assert report.dominant_span.token_ids == encode(tiny_tokenizer, "Okay.<|im_end|>")
     assert len(report.dominant_span.example_ids) == 5
     failed = {gate.name for gate in report.failed_gates}
-    assert {"dominant_mask_sum", "dominant_span", "empty_thinking"} <= failed
+    assert {"dominant_mask_sum", "dominant_span"} <= failed
+    assert report.checks["empty_thinking"].count == 0  # the template's untrained empty blocks
     assert report.verdict.startswith("FAIL")
     assert "87.0% of samples (261) have exactly 6 trainable tokens" in report.verdict
     assert "'Okay.<|im_end|>'" in report.verdict
@@ -126,8 +127,11 @@ def test_span_hashes_agree_with_a_naive_grouping(tmp_path, monkeypatch, keep_few
     assert report.dominant_span.count == top_count
     assert tuple(report.dominant_span.token_ids) == top_span
     assert report.checks["duplicate_completions"].count == sum(spans.values()) - len(spans)
-    prompts = Counter(tuple(x for x, m in zip(r["input_ids"], r["loss_mask"]) if not m) for r in rows)
-    assert report.checks["duplicate_prompts"].count == len(rows) - len(prompts)
+    pairs = Counter(
+        (tuple(x for x, m in zip(r["input_ids"], r["loss_mask"]) if not m), tuple(x for x, m in zip(r["input_ids"], r["loss_mask"]) if m))
+        for r in rows
+    )
+    assert report.checks["duplicate_prompts"].count == len(rows) - len(pairs)
     sums = Counter(r["num_trainable"] for r in rows)
     assert report.dominant_mask_sum.count == max(sums.values())
     assert report.checks["empty_response"].count == sums[0]

@@ -141,3 +141,51 @@ def test_train_bad_flag_is_one_line_exit_2(tmp_path, capsys):
 def test_every_stage_command_takes_a_config_file(stage, capsys):
     assert main([stage, "--help"]) == 0
     assert "--config" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("stage", ["audit", "train", "generate", "check", "plan"])
+def test_help_shows_no_value_type_beside_a_flag(stage):
+    # A real process: rich renders help differently inside pytest's captured output.
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "COLUMNS": "200", "TERM": "dumb"}
+    result = subprocess.run([sys.executable, "-m", "draftsmith", stage, "--help"], capture_output=True, text=True,
+                            env=env, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "--help" in result.stdout and "<bool>" not in result.stdout
+
+
+def test_cli_panels_group_the_help_and_a_misspelt_field_is_refused():
+    from typing import ClassVar
+
+    import typer
+    from pydantic import BaseModel, Field
+    from typer.testing import CliRunner
+
+    from draftsmith.core.config import config_command
+
+    class Settings(BaseModel):
+        cli_panels: ClassVar[dict[str, tuple[str, ...]]] = {"Optimizer": ("lr", "betas"), "Data": ("data",)}
+        data: str = Field("d", description="where the rows are")
+        lr: float = Field(1e-3, description="peak learning rate")
+        betas: tuple[float, float] = (0.9, 0.95)
+        seed: int = Field(0, description="the run's seed")
+
+    app = typer.Typer()
+    config_command(app, "go", Settings, lambda config: typer.echo(config.model_dump_json()))
+    config_command(app, "other", Settings, lambda config: None)  # two commands: `go` stays a sub-command
+    result = CliRunner().invoke(app, ["go", "--help"], env={"COLUMNS": "120"})
+    assert result.exit_code == 0, result.output
+    text = result.output
+    assert text.index("Data") < text.index("--data") and text.index("Optimizer") < text.index("--lr")
+    assert "--seed" in text.split("Optimizer")[0] or "--seed" in text.split("Data")[0]  # unlisted: the Options panel
+    ran = CliRunner().invoke(app, ["go", "--lr", "0.5"])
+    assert ran.exit_code == 0 and '"lr":0.5' in ran.output  # panels change the help only
+
+    class Misspelt(Settings):
+        cli_panels: ClassVar[dict[str, tuple[str, ...]]] = {"Optimizer": ("learning_rate",)}
+
+    with pytest.raises(TypeError, match="names 'learning_rate', which is not a field"):
+        config_command(typer.Typer(), "bad", Misspelt, lambda config: None)

@@ -40,14 +40,14 @@ def test_a_second_writer_in_another_process_is_refused(tmp_path):
     holder = _holder(tmp_path / "out", "hold")
     try:
         with pytest.raises(InputError) as refused:
-            DirectoryLock(tmp_path / "out", "second").acquire()
+            DirectoryLock(tmp_path / "out", "test second").acquire()
         message = str(refused.value)
         assert f"pid {holder.pid} on" in message and "test holder" in message and "\n" not in message
     finally:
         holder.kill()
         holder.wait()
     messages: list[str] = []
-    with lock_directory(tmp_path / "out", "after", log=messages.append):
+    with lock_directory(tmp_path / "out", "test after", log=messages.append):
         pass  # the kernel released the killed holder's lock
     assert messages and f"pid {holder.pid}" in messages[0] and "taking over" in messages[0]
 
@@ -57,11 +57,11 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
     crashed.wait()
     assert (tmp_path / "out" / LOCK_NAME).read_text().split()[0] == str(crashed.pid)
     messages: list[str] = []
-    with lock_directory(tmp_path / "out", "next", log=messages.append):
+    with lock_directory(tmp_path / "out", "test next", log=messages.append):
         assert (tmp_path / "out" / LOCK_NAME).read_text().split()[0] == str(os.getpid())
     assert messages == [messages[0]] and f"dead pid {crashed.pid}" in messages[0]
     # released cleanly: the next run takes it without a word
-    with lock_directory(tmp_path / "out", "again", log=messages.append):
+    with lock_directory(tmp_path / "out", "test again", log=messages.append):
         pass
     assert len(messages) == 1
 

@@ -7,7 +7,8 @@ import time
 
 from rich.console import Console
 
-from draftsmith.core.progress import Progress, format_duration
+from draftsmith.core.progress import Progress
+from draftsmith.core.units import format_duration
 
 
 def test_plain_lines_carry_counts_rate_and_eta():
@@ -41,4 +42,4 @@ def test_disabled_prints_nothing_and_a_terminal_gets_a_live_bar():
 
 
 def test_durations():
-    assert [format_duration(s) for s in (59, 3_700, 90_000, None)] == ["0m59s", "1h01m", "1d01h", "--"]
+    assert [format_duration(s, compact=True) for s in (59, 3_700, 90_000, None)] == ["0m59s", "1h01m", "1d01h", "--"]

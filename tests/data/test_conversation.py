@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from draftsmith.core.errors import InputError
@@ -28,7 +30,11 @@ def final(content, **fields):
         ("A.", {}, (None, "A.", False)),  # no think block at all
         ("<think>\ncut off", {}, ("cut off", "", True)),  # the one unclosed rule
         ("text with <think> inside", {}, (None, "text with <think> inside", False)),
-        ("\n</think>\n\nA.", {"reasoning_content": "R"}, ("R\n", "\n\nA.", False)),  # stray close folded in
+        # With a reasoning field the content is verbatim, literal tags included (as Qwen3's template).
+        ("It ends with </think> then the answer.", {"reasoning_content": "R"},
+         ("R", "It ends with </think> then the answer.", False)),
+        ("Write <think> then </think>.", {"reasoning": "R"}, ("R", "Write <think> then </think>.", False)),
+        ("Keep this. <think>x", {"reasoning_content": "R"}, ("R", "Keep this. <think>x", False)),
     ],
 )
 def test_one_reasoning_rule(content, fields, expected):
@@ -36,7 +42,7 @@ def test_one_reasoning_rule(content, fields, expected):
 
 
 def test_speaker_names_are_case_insensitive_and_documented():
-    turns = [{"from": name.upper(), "value": "v"} for name in SPEAKERS]
+    turns = [{"from": name.upper(), "value": '{"name": "f"}' if name == "function_call" else "v"} for name in SPEAKERS]
     roles = {message["role"] for message in conversation_from_row({"conversations": turns}, "t").messages}
     assert roles == {"user", "assistant", "system", "developer", "tool"}
     assert SPEAKERS["observation"] == SPEAKERS["function_response"] == "tool"
@@ -69,3 +75,41 @@ def test_tools_and_kept_fields():
 def test_separate_rejects_a_non_string_reasoning_field():
     with pytest.raises(ValueError, match="reasoning_content must be a string"):
         separate({"content": "a", "reasoning_content": 5})
+
+
+def test_tools_stored_as_json_text_are_parsed():
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    row = {"tools": json.dumps([tool]), "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
+    assert conversation_from_row(row, "t.jsonl:3").tools == [tool]
+    assert conversation_from_row({**row, "tools": ""}, "t").tools is None
+    with pytest.raises(InputError, match=r"^t.jsonl:3: 'tools' must be a list of objects, or that list as JSON text; "
+                                         r"got a string that is not JSON"):
+        conversation_from_row({**row, "tools": "[{"}, "t.jsonl:3")
+    with pytest.raises(InputError, match=r"^t: 'tools' must be a list of objects"):
+        conversation_from_row({**row, "tools": "[1, 2]"}, "t")
+
+
+@pytest.mark.parametrize("value", [
+    '{"name": "get_weather", "arguments": {"city": "Oslo"}}',
+    '{"name": "get_weather", "arguments": "{\\"city\\": \\"Oslo\\"}"}',  # OpenAI's arguments as JSON text
+    '[{"name": "get_weather", "arguments": {"city": "Oslo"}}]',
+    {"name": "get_weather", "arguments": {"city": "Oslo"}},
+])
+def test_sharegpt_function_call_turns_are_tool_calls(value):
+    row = {"conversations": [{"from": "human", "value": "Weather in Oslo?"}, {"from": "function_call", "value": value},
+                             {"from": "observation", "value": "rain"}, {"from": "gpt", "value": "It rains."}]}
+    call = conversation_from_row(row, "t").messages[1]
+    assert call == {"role": "assistant", "content": "",
+                    "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]}
+
+
+@pytest.mark.parametrize("value, problem", [
+    ("get_weather(Oslo)", "a function_call turn must hold a JSON call"),
+    ('{"arguments": {}}', 'a function_call turn must hold a JSON call with a "name"'),
+    ("[]", "a function_call turn holds no call"),
+])
+def test_a_malformed_function_call_turn_is_a_one_line_error(value, problem):
+    row = {"conversations": [{"from": "human", "value": "q"}, {"from": "function_call", "value": value}]}
+    with pytest.raises(InputError, match=r"^t.jsonl:1: conversations\[1\]: ") as caught:
+        conversation_from_row(row, "t.jsonl:1")
+    assert problem in str(caught.value) and "\n" not in str(caught.value)

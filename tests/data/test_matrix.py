@@ -18,6 +18,7 @@ import pytest
 from draftsmith.audit import audit_conversations
 from draftsmith.core.errors import InputError
 from draftsmith.data.conversation import content_hash_id
+from draftsmith.data.tokenized import read_shard
 from draftsmith.data.sources import iter_records, resolve
 from draftsmith.evaluate import read_prompts
 from draftsmith.generate import load_prompts
@@ -53,7 +54,10 @@ CASES = {
                                        {"from": "function_call", "value": '{"name": "get_weather"}'},
                                        {"from": "observation", "value": "rain"},
                                        {"from": "chatgpt", "value": "It rains."}]},
-        [user("Weather in Oslo?"), {"role": "assistant", "content": '{"name": "get_weather"}'},
+        # The function_call turn is the call the model made: a tool call, not text.
+        [user("Weather in Oslo?"),
+         {"role": "assistant", "content": "",
+          "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {}}}]},
          {"role": "tool", "content": "rain"}], None, "It rains.",
     ),
     "sharegpt_reasoning_content": case(
@@ -212,7 +216,7 @@ def test_every_stage_reads_every_format_the_same_way(kind, tmp_path, tokenizer_d
     options = TokenizeOptions(workers=1, progress=False, length_policy="keep", max_error_share=0.0)
     summary = tokenize_dataset(source, tokenizer_dir, tmp_path / "tok", options)
     assert summary.written == len(names) and summary.dropped == {}
-    table = pq.read_table(tmp_path / "tok" / "part-00000.parquet")
+    table = read_shard(tmp_path / "tok" / "part-00000.arrow")
     assert table.column("id").to_pylist() == ids
     from transformers import AutoTokenizer
 

@@ -162,3 +162,42 @@ def test_every_row_reading_stage_applies_the_one_split_rule(tmp_path, capsys, st
     assert main([*args, "--split", "dev"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("draftsmith: error:") and "no split 'dev'; the splits are train, test" in err[-1]
+
+
+def test_split_on_an_input_that_is_not_a_dataset_dict_is_an_error(tmp_path):
+    path = write_jsonl(tmp_path / "rows.jsonl", [ROW])
+    with pytest.raises(InputError, match=rf"^{path}: --split 'test' chooses a split of a DatasetDict .* drop --split$"):
+        resolve([path], split="test")
+    with pytest.raises(InputError, match="--split 'test' chooses a split"):
+        detect_kind([path], split="test")
+    assert resolve([path]) == [path]
+
+
+def test_invalid_utf8_in_a_json_array_names_file_and_line(tmp_path):
+    path = tmp_path / "rows.json"
+    path.write_bytes(b'[\n  {"id": "a", "messages": []},\n  {"id": "b\xff"}\n]\n')
+    for call in (lambda: list(iter_records(resolve([path]))), lambda: count_records([path])):
+        with pytest.raises(InputError, match=rf"^{path}:3: not valid UTF-8 \(byte \d+ of the file: b'\\xff\"}}\\n'\)"):
+            call()
+    path.write_bytes(b"\xff\xfe[" + b" " * 10000)  # invalid in the first bytes too
+    with pytest.raises(InputError, match=rf"^{path}:1: not valid UTF-8"):
+        list(iter_records(resolve([path])))
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "json"])
+def test_a_lone_surrogate_in_a_row_is_a_one_line_error(tmp_path, kind):
+    row = json.dumps({"id": "s", "messages": [{"role": "user", "content": "bad \\ud800 here"},
+                                              {"role": "assistant", "content": "ok \\ud83d\\ude00"}]})
+    row = row.replace("\\\\u", "\\u")  # an escape JSON allows, decoding to an unpaired surrogate
+    path = tmp_path / f"rows.{kind}"
+    path.write_text(row + "\n" if kind == "jsonl" else f"[{row}]")
+    where = f"{path}:1" if kind == "jsonl" else f"{path}: row 0"
+    with pytest.raises(InputError) as caught:
+        read_all([path])
+    assert str(caught.value) == (
+        f"{where}: malformed string in messages[0].content: a lone UTF-16 surrogate '\\ud800' at character 4 "
+        "(text must be valid Unicode)"
+    )
+    # A surrogate pair (how ensure_ascii JSON writes an emoji) is text.
+    path.write_text(row.replace("\\ud800", "") + "\n" if kind == "jsonl" else f"[{row.replace(chr(92) + 'ud800', '')}]")
+    assert read_all([path])[0].messages[1]["content"] == "ok \U0001F600"

@@ -1,11 +1,19 @@
 import json
+import tracemalloc
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from draftsmith.core.errors import InputError
-from draftsmith.data.tokenized import load_tokenized, write_tokenized
+from draftsmith.data.tokenized import META_KEY, SCHEMA, load_tokenized, write_tokenized
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    """Conversions of foreign files go to this test's own cache."""
+    monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path / "cache"))
 
 ROWS = [
     {"id": "a", "input_ids": [1, 2, 3, 4], "loss_mask": [0, 0, 1, 1]},
@@ -14,19 +22,82 @@ ROWS = [
 ]
 
 
-def test_parquet_shards_roundtrip_in_order(tmp_path):
+def test_arrow_shards_roundtrip_in_order_memory_mapped(tmp_path):
     paths = write_tokenized(ROWS, tmp_path / "tok", shard_rows=2)
-    assert [path.name for path in paths] == ["part-00000.parquet", "part-00001.parquet"]
+    assert [path.name for path in paths] == ["part-00000.arrow", "part-00001.arrow"]
     dataset = load_tokenized(tmp_path / "tok")
     assert [sample.id for sample in dataset.samples] == ["a", "b", "c"]
-    assert dataset.total_tokens == 12 and dataset.total_trainable == 8
-    table = pq.read_table(paths[0])
-    assert table.schema.field("input_ids").type == pa.list_(pa.int32())
-    assert table.schema.field("loss_mask").type == pa.list_(pa.int8())
-    assert table.column("num_trainable").to_pylist() == [2, 2]
+    assert [sample.id for sample in dataset[1:]] == ["b", "c"] and dataset[-1].id == "c"
+    assert dataset.total_tokens == 12 and dataset.total_trainable == 8 and dataset.max_token_id == 12
+    assert dataset.lengths.tolist() == [4, 3, 5]
+    with pa.memory_map(str(paths[0])) as source:
+        reader = pa.ipc.open_file(source)  # uncompressed IPC file: what memory-maps
+        table = reader.read_all()
+        stats = json.loads(reader.schema.metadata[META_KEY])
+    assert table.schema.equals(SCHEMA) and table.column("num_trainable").to_pylist() == [2, 2]
+    assert (stats["rows"], stats["tokens"], stats["trainable"], stats["max_token_id"]) == (2, 7, 4, 7)
+    sample = dataset[2]
+    assert sample.input_ids.dtype == np.int32 and sample.loss_mask.dtype == np.int8
+    assert sample.input_ids.base is not None  # a view into the mapped shard, not a copy
+    assert (sample.num_tokens, sample.num_trainable) == (5, 4)
     truncated = load_tokenized(tmp_path / "tok", max_length=3)
     assert truncated[2].input_ids.tolist() == [8, 9, 10]
+    assert truncated.total_tokens == 9 and truncated.total_trainable == 1 + 2 + 2
+    assert truncated.trainable_pairs().tolist() == [0, 1, 1] and dataset.trainable_pairs().tolist() == [1, 1, 3]
     assert truncated.fingerprint() != dataset.fingerprint()
+    assert load_tokenized(tmp_path / "tok").fingerprint() == dataset.fingerprint()
+
+
+def test_fingerprint_follows_the_content_not_the_path(tmp_path):
+    """Data rewritten at the same path (issue 17: 320 -> 20,000 rows) gives another fingerprint."""
+    rows = [{"id": f"r{index}", "input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]} for index in range(320)]
+    write_tokenized(rows, tmp_path / "tok")
+    before = load_tokenized(tmp_path / "tok").fingerprint()
+    changed = [dict(row) for row in rows]
+    changed[7] = {"id": "r7", "input_ids": [1, 2, 4], "loss_mask": [0, 1, 1]}  # one token, same length
+    for name in ("part-00000.arrow",):
+        (tmp_path / "tok" / name).unlink()
+    write_tokenized(changed, tmp_path / "tok")
+    assert load_tokenized(tmp_path / "tok").fingerprint() != before
+    grown = [{"id": f"r{index}", "input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]} for index in range(20_000)]
+    (tmp_path / "tok" / "part-00000.arrow").unlink()
+    write_tokenized(grown, tmp_path / "tok", shard_rows=100_000)
+    assert load_tokenized(tmp_path / "tok").fingerprint() not in (before,)
+
+
+def test_parquet_shards_of_earlier_versions_load_converted_once(tmp_path, capsys):
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    for index, part in enumerate((ROWS[:2], ROWS[2:])):  # what draftsmith wrote before Arrow shards
+        table = pa.table({key: [row[key] for row in part] for key in ("id", "input_ids", "loss_mask")})
+        table = table.append_column("num_tokens", pa.array([len(row["input_ids"]) for row in part], pa.int32()))
+        pq.write_table(table, legacy / f"part-{index:05d}.parquet", compression="zstd")
+    dataset = load_tokenized(legacy)
+    assert "not a draftsmith Arrow shard; checking and converting it once" in capsys.readouterr().err
+    assert [sample.id for sample in dataset] == ["a", "b", "c"] and dataset[2].loss_mask.tolist() == [0, 1, 1, 1, 1]
+    again = load_tokenized(legacy)
+    assert capsys.readouterr().err == ""  # converted once
+    native = load_tokenized(write_tokenized(ROWS, tmp_path / "native", shard_rows=2)[0].parent)
+    assert again.fingerprint() == dataset.fingerprint() == native.fingerprint()
+
+
+def test_loading_builds_nothing_per_sample(tmp_path):
+    """Start-up must not grow with the sample count: no Python object or array per sample."""
+    count = 20_000
+    flat = np.arange(count * 8, dtype=np.int32) % 1000
+    write_tokenized(
+        ({"id": f"s{index}", "input_ids": flat[index * 8 : index * 8 + 8], "loss_mask": [0, 0, 1, 1, 1, 1, 1, 1]}
+         for index in range(count)),
+        tmp_path / "tok", shard_rows=5_000,
+    )  # fmt: skip
+    tracemalloc.start()
+    dataset = load_tokenized(tmp_path / "tok", max_length=6)
+    totals = (len(dataset), dataset.total_tokens, dataset.total_trainable, dataset.fingerprint())
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert totals[:3] == (count, count * 6, count * 4)
+    assert peak < 1_500_000, f"{peak:,} bytes traced while loading {count:,} samples"
+    assert dataset[12_345].input_ids.tolist() == flat[12_345 * 8 : 12_345 * 8 + 6].tolist()
 
 
 def test_single_file_arrow_and_save_to_disk(tmp_path):
@@ -45,6 +116,11 @@ def test_single_file_arrow_and_save_to_disk(tmp_path):
 def test_bad_rows_are_named(tmp_path):
     bad = [dict(ROWS[0]), {"id": "broken", "input_ids": [1, 2, 3], "loss_mask": [1, 1]}]
     write_tokenized(bad[:1], tmp_path / "ok")
+    with pytest.raises(InputError, match=r"row 1 \(id broken\): input_ids has 3 tokens but loss_mask has 2"):
+        write_tokenized(bad, tmp_path / "refused")  # the writer checks rows too
+    write_tokenized([ROWS[0], {**ROWS[1], "id": "a"}], tmp_path / "twice")
+    with pytest.raises(InputError, match=r"part-00000.arrow: row 1 \(id a\): duplicate id, first seen in .*row 0"):
+        load_tokenized(tmp_path / "twice")
     pq.write_table(pa.table({"id": ["x", "broken"], "input_ids": [[1, 2], [1, 2, 3]], "loss_mask": [[0, 1], [1, 1]]}), tmp_path / "bad.parquet")
     with pytest.raises(InputError, match=r"bad.parquet: row 1 \(id broken\): input_ids has 3 tokens but loss_mask has 2"):
         load_tokenized(tmp_path / "bad.parquet")

@@ -120,6 +120,19 @@ def test_endpoint_eval_reads_sglang_meta_info_over_http(sglang_replay, three_pro
     assert first["return_meta_info"] is True and first["temperature"] == 0.0 and first["max_tokens"] == 32
     assert first["messages"] == [{"role": "user", "content": "q0"}]
     assert "return_meta_info" not in _Replay.requests[3]  # the baseline is asked plainly
+    assert "chat_template_kwargs" not in first and report.chat_template_kwargs is None
+    assert report.thinking_mode == "enable_thinking not sent (the engine's chat template default)"
+    assert report.thinking_mode in report.verdict
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+def test_endpoint_eval_reports_the_thinking_mode_it_sent(sglang_replay, three_prompts, thinking):
+    report = evaluate_endpoint(sglang_replay, three_prompts, max_new_tokens=8, enable_thinking=thinking)
+    # Every measured request carried it: the mode the report names is the mode that was measured.
+    assert all(r["chat_template_kwargs"] == {"enable_thinking": thinking} for r in _Replay.requests)
+    assert report.chat_template_kwargs == {"enable_thinking": thinking}
+    assert report.thinking_mode == f"enable_thinking={str(thinking).lower()} sent in chat_template_kwargs"
+    assert report.to_dict()["thinking_mode"] == report.thinking_mode
 
 
 def test_endpoint_eval_cli_json_and_errors(sglang_replay, three_prompts, tmp_path, capsys):

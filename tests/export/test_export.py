@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -59,14 +60,14 @@ def test_export_writes_the_engine_format(tmp_path, drafter):
     assert result.files == ["README.md", "config.json", "model.safetensors"]
     config = json.loads((tmp_path / "export" / "config.json").read_text())
     assert config["architectures"] == ["DFlashDraftModel"] and config["model_type"] == "qwen3"
-    assert config["dflash_config"]["target_layer_ids"] == [0, 1, 2, 3] and config["block_size"] == 8
+    assert config["dflash_config"]["target_layer_ids"] == [0, 1, 2] and config["block_size"] == 8
     with safe_open(str(tmp_path / "export" / "model.safetensors"), framework="pt") as handle:
         assert set(handle.keys()) == expected_weight_names(drafter.config)
     assert result.max_abs_diff < 1e-5
 
 
-def test_reference_package_reproduces_our_hidden_states_and_logits(tmp_path, target, tiny_tokenizer, drafter):
-    dflash = pytest.importorskip("dflash", reason="install the reference with: pip install --no-deps dflash==0.1.0")
+def test_reference_package_reproduces_our_hidden_states_and_logits(tmp_path, target, tiny_tokenizer, drafter, dflash_reference):
+    dflash = dflash_reference
     export_dir = export_drafter(drafter, tmp_path / "export").path
     reference = dflash.DFlashDraftModel.from_pretrained(
         str(export_dir), attn_implementation="sdpa", dtype=torch.float32
@@ -88,8 +89,8 @@ def test_reference_package_reproduces_our_hidden_states_and_logits(tmp_path, tar
 
 
 @pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated")
-def test_reference_generate_matches_our_speculative_decoding(tmp_path, target, tiny_tokenizer, drafter):
-    dflash = pytest.importorskip("dflash", reason="install the reference with: pip install --no-deps dflash==0.1.0")
+def test_reference_generate_matches_our_speculative_decoding(tmp_path, target, tiny_tokenizer, drafter, dflash_reference):
+    dflash = dflash_reference
     from draftsmith.evaluate import speculative_decode
 
     export_dir = export_drafter(drafter, tmp_path / "export").path
@@ -150,8 +151,8 @@ def _attach_oracle(model, sequence, wrong_every):
 
 
 @pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated")
-def test_acceptance_lengths_match_the_reference_cycle_for_cycle(monkeypatch, tmp_path, target, tiny_tokenizer, drafter):
-    dflash = pytest.importorskip("dflash", reason="install the reference with: pip install --no-deps dflash==0.1.0")
+def test_acceptance_lengths_match_the_reference_cycle_for_cycle(monkeypatch, tmp_path, target, tiny_tokenizer, drafter, dflash_reference):
+    dflash = dflash_reference
     import time
 
     import dflash.model
@@ -188,8 +189,11 @@ def test_export_readme_gives_ready_serving_commands(tmp_path, drafter, capsys):
     assert "warning" not in capsys.readouterr().err
 
 
-def test_export_warns_about_drafters_trained_on_the_old_last_layer_feature(tmp_path, drafter, capsys):
-    source = save_drafter(drafter, tmp_path / "old")
+def test_export_warns_about_drafters_trained_on_the_old_last_layer_feature(tmp_path, target, capsys):
+    # Defaults took the tiny target's last layer (3) then; they no longer do.
+    old = DFlashDraftModel(build_drafter_config(target.config, num_draft_layers=1, block_size=8, mask_token_id=3,
+                                                target_layer_ids=[0, 1, 2, 3]))
+    source = save_drafter(old, tmp_path / "old")
     config = json.loads((source / "config.json").read_text())
     del config["dflash_config"]["feature_definition"]  # as written before the pre-norm definition
     (source / "config.json").write_text(json.dumps(config))
@@ -198,3 +202,21 @@ def test_export_warns_about_drafters_trained_on_the_old_last_layer_feature(tmp_p
     assert "warning:" in err and "last layer (3)" in err and "before the norm" in err
     result = export_drafter(source, tmp_path / "again")
     assert len(result.warnings) == 1
+
+
+def test_export_keeps_the_training_template_record(tmp_path, drafter):
+    # train copies tokenize's manifest "template" into dflash_config.template; export must keep it.
+    recorded = {"sha256": "ab" * 32, "kwargs": {"enable_thinking": False}}
+    config = copy.deepcopy(drafter.config)  # the fixture's config stays as it is
+    config.dflash_config = {**config.dflash_config, "template": recorded}
+    model = DFlashDraftModel(config)
+    model.load_state_dict(drafter.state_dict())
+    source = save_drafter(model, tmp_path / "drafter")
+    assert json.loads((source / "config.json").read_text())["dflash_config"]["template"] == recorded
+    result = export_drafter(source, tmp_path / "export")
+    exported = json.loads((result.path / "config.json").read_text())
+    assert exported["dflash_config"]["template"] == recorded
+    card = (result.path / "README.md").read_text()
+    assert 'sha256 abababababababab... with kwargs {"enable_thinking": false}' in card
+    plain = export_drafter(drafter, tmp_path / "plain")
+    assert "chat template: not recorded" in (plain.path / "README.md").read_text()

@@ -31,10 +31,17 @@ def test_default_target_layer_ids_follow_the_paper_rule():
 
 
 def test_default_target_layer_ids_stay_distinct_for_shallow_targets():
-    assert default_target_layer_ids(4, 5) == [0, 1, 2, 3]
-    assert default_target_layer_ids(4, 2) == [0, 3]
+    assert default_target_layer_ids(4, 5) == [0, 1, 2]
+    assert default_target_layer_ids(4, 2) == [0, 2]
     ids = default_target_layer_ids(6, 5)
-    assert len(set(ids)) == len(ids) == 5 and max(ids) < 6
+    assert len(set(ids)) == len(ids) == 5 and max(ids) < 5
+
+
+def test_default_target_layer_ids_never_take_the_last_layer():
+    # SGLang crashes on it and the reference reads it after the final norm (vLLM before).
+    for layers in range(2, 40):
+        for features in range(1, 7):
+            assert max(default_target_layer_ids(layers, features)) < layers - 1, (layers, features)
 
 
 def test_build_config_matches_the_checkpoint_format(tiny_target, tiny_drafter_config):
@@ -44,7 +51,7 @@ def test_build_config_matches_the_checkpoint_format(tiny_target, tiny_drafter_co
     assert config.num_hidden_layers == 2 and config.layer_types == ["full_attention"] * 2
     assert config.block_size == 8 and config.num_target_layers == 4
     assert config.dflash_config == {
-        "mask_token_id": 3, "target_layer_ids": [0, 1, 2, 3], "feature_definition": FEATURE_DEFINITION
+        "mask_token_id": 3, "target_layer_ids": [0, 1, 2], "feature_definition": FEATURE_DEFINITION
     }
     for field in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size"):
         assert getattr(config, field) == getattr(tiny_target.config, field)
@@ -90,7 +97,7 @@ def test_weight_names_and_no_embeddings(tiny_drafter_config):
     assert names == expected_weight_names(tiny_drafter_config)
     assert not any("embed" in n or "lm_head" in n for n in names)
     hidden = tiny_drafter_config.hidden_size
-    assert model.fc.weight.shape == (hidden, 4 * hidden)
+    assert model.fc.weight.shape == (hidden, len(tiny_drafter_config.target_layer_ids) * hidden)
 
 
 def _inputs(target, tokenizer, config, context_len=12, seed=0):
@@ -108,7 +115,7 @@ def test_forward_shapes_and_logits(tiny_target, tiny_tokenizer, tiny_drafter_con
     torch.manual_seed(0)
     model = DFlashDraftModel(tiny_drafter_config).eval()
     features, noise, positions = _inputs(tiny_target, tiny_tokenizer, tiny_drafter_config)
-    assert features.shape == (2, 12, 4 * 128)
+    assert features.shape == (2, 12, len(tiny_drafter_config.target_layer_ids) * 128)
     hidden = model(position_ids=positions, noise_embedding=noise, target_hidden=features)
     assert hidden.shape == (2, 8, 128)
     logits = model.compute_logits(hidden, target_lm_head(tiny_target))
@@ -194,7 +201,7 @@ def test_save_and_load_round_trip(tmp_path, tiny_target, tiny_tokenizer, tiny_dr
     for key in ("block_size", "num_target_layers", "num_hidden_layers", "layer_types", "dflash_config"):
         assert key in config
     assert config["dflash_config"] == {
-        "mask_token_id": 3, "target_layer_ids": [0, 1, 2, 3], "feature_definition": FEATURE_DEFINITION
+        "mask_token_id": 3, "target_layer_ids": [0, 1, 2], "feature_definition": FEATURE_DEFINITION
     }
     assert config["rope_theta"] == config["rope_parameters"]["rope_theta"] and config["rope_scaling"] is None
     assert not {"id2label", "label2id", "problem_type", "return_dict"} & set(config)
@@ -248,7 +255,7 @@ def test_gradient_checkpointing_keeps_gradients(tiny_drafter_config):
     (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
     model.train()
     noise = torch.randn(1, 8, 128)
-    context = torch.randn(1, 5, 4 * 128)
+    context = torch.randn(1, 5, len(tiny_drafter_config.target_layer_ids) * 128)
     model(position_ids=torch.arange(13)[None], noise_embedding=noise, target_hidden=context).square().mean().backward()
     assert model.layers[0].gradient_checkpointing
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for n, p in model.named_parameters() if "norm" not in n)

@@ -76,7 +76,7 @@ def test_the_tap_follows_each_forward_and_rejects_bad_ids(tiny_target):
 
 
 def test_old_last_layer_drafters_are_flagged(tiny_target):
-    config = build_drafter_config(tiny_target.config, num_draft_layers=1, mask_token_id=3)
+    config = build_drafter_config(tiny_target.config, num_draft_layers=1, mask_token_id=3, target_layer_ids=[0, 1, 2, 3])
     assert config.dflash_config["feature_definition"] == FEATURE_DEFINITION
     assert not uses_old_last_layer_feature(config) and feature_definition_warning(config) is None
     del config.dflash_config["feature_definition"]

@@ -75,3 +75,52 @@ def test_console_script_process(tmp_path):
                            "--claimed-rate", "5.4M/day"], capture_output=True, text=True, env=env, timeout=60)
     assert slip.returncode == 2
     assert "5.4M/hour matches 1,500 tok/s" in slip.stderr and "Traceback" not in slip.stderr
+
+
+def test_plan_train_is_a_subcommand_and_plan_dash_train_its_deprecated_alias(tmp_path, capsys):
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({
+        "model_type": "qwen3", "hidden_size": 512, "num_hidden_layers": 8, "intermediate_size": 1536,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64, "vocab_size": 32000,
+    }))
+    args = ["--samples", "10k", "--mean-length", "2000", "--gpus", "2", "--model-config", str(target), "--json"]
+    assert main(["plan", "train", *args]) == 0
+    captured = capsys.readouterr()
+    subcommand = json.loads(captured.out)
+    assert subcommand["kind"] == "draftsmith.plan.train" and "deprecated" not in captured.err
+    assert subcommand["inputs"]["samples"] == 10_000 and subcommand["inputs"]["gpus"] == 2
+    assert main(["plan", "--train", *args]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == subcommand
+    assert "`plan --train` is deprecated; use `draftsmith plan train`" in captured.err
+    # The regeneration plan's own flags are not the training plan's, and the other way round.
+    assert main(["plan", "train", *args, "--per-gpu", "400 tok/s"]) == 2
+    assert "--per-gpu" in capsys.readouterr().err
+    assert main([*STORY, "--throughput", "1 tok/s", "--epochs", "6"]) == 2
+    assert "--epochs" in capsys.readouterr().err
+
+
+def test_plan_help_lists_the_train_subcommand(capsys):
+    assert main(["plan", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--samples" in out and "--output-mean" in out and "train" in out
+    assert main(["plan", "train", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--mean-length" in out and "--offline" in out and "--output-lengths" not in out
+
+
+def test_one_plan_file_serves_both_plans(tmp_path, capsys):
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "config.json").write_text(json.dumps({
+        "model_type": "qwen3", "hidden_size": 512, "num_hidden_layers": 8, "intermediate_size": 1536,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64, "vocab_size": 32000,
+    }))
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text("plan:\n  samples: 914k\n  output-mean: 2200\n  prompt-mean: 500\n  gpus: 4\n"
+                         "  model-config: target/config.json\n")
+    assert main(["plan", "train", "--config", str(plan_file), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["inputs"]["mean_length"] == 2700
+    assert main(["plan", "--config", str(plan_file), "--per-gpu", "400 tok/s", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["total_output_tokens"] == 914_000 * 2200 and data["storage"]["hidden_size"] == 512

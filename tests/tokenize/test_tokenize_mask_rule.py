@@ -94,6 +94,10 @@ CASES = {
     "multi-turn-empty-think-block": ([*EARLIER, USER], f"<think>\n\n</think>\n\n{ANSWER}", "stop", {}),
     # Thinking off: the template put the empty block in the prompt; the model wrote the answer only.
     "thinking-off": ([USER], ANSWER, "stop", {"enable_thinking": False}),
+    # Literal tags the model wrote in its answer stay verbatim: text, not a second think block.
+    "literal-think-tags-in-the-answer": (
+        [USER], f"<think>\n{REASONING}\n</think>\n\nKeep this: <think> and </think> then the answer.", "stop", {}
+    ),
 }
 
 
@@ -173,3 +177,25 @@ def test_a_real_engine_generation_gives_the_same_row_both_ways(
     assert by_template.input_ids.tolist() == by_ids.input_ids.tolist()
     assert by_template.loss_mask.tolist() == by_ids.loss_mask.tolist()
     assert int(np.flatnonzero(by_ids.loss_mask)[0]) == len(body["prompt_token_ids"])
+
+
+@pytest.mark.parametrize("finish_reason", ["stop", "length"])
+def test_a_think_block_the_model_never_closed_is_not_closed_on_the_template_path(
+    tiny_tokenizer, tiny_target_dir, finish_reason
+):
+    # A raw (inline) row: the model stopped, or was cut, inside its think block. The template
+    # would close the block (`\n</think>\n\n`); the engine's ids never had those tokens.
+    completion = "<think>\nThe word is tiger. Its letters are t i g e r."
+    prompt_text = tiny_tokenizer.apply_chat_template([USER], tokenize=False, add_generation_prompt=True)
+    completion_ids = tiny_tokenizer(completion, add_special_tokens=False)["input_ids"]
+    if finish_reason == "stop":
+        completion_ids.append(tiny_tokenizer.convert_tokens_to_ids(EOT))
+    row = {
+        "id": "r1", "messages": [USER, {"role": "assistant", "content": completion}], "finish_reason": finish_reason,
+        "prompt_token_ids": tiny_tokenizer(prompt_text, add_special_tokens=False)["input_ids"],
+        "completion_token_ids": completion_ids,
+    }
+    by_ids, by_template = both_ways(tiny_tokenizer, tiny_target_dir, row, {})
+    assert trained(tiny_tokenizer, by_template) == completion + (EOT if finish_reason == "stop" else "")
+    assert by_template.input_ids.tolist() == by_ids.input_ids.tolist()
+    assert by_template.loss_mask.tolist() == by_ids.loss_mask.tolist()

@@ -11,6 +11,7 @@ import pytest
 
 from draftsmith.cli import main
 from draftsmith.core.errors import InputError
+from draftsmith.data.tokenized import read_shard
 from draftsmith.tiny import synthetic_conversations, synthetic_prompts
 from draftsmith.tokenize import TokenizeError, TokenizeOptions, tokenize_dataset
 from tokenize_helpers import generation_marker_template, save_tokenizer_with_template, write_jsonl
@@ -34,7 +35,7 @@ def mixed_rows(tokenizer, count=40):
 
 
 def read_shards(path):
-    return pa.concat_tables([pq.read_table(shard) for shard in sorted(path.glob("part-*.parquet"))])
+    return pa.concat_tables([read_shard(shard) for shard in sorted(path.glob("part-*.arrow"))])
 
 
 def test_tokenize_dataset_writes_contract_shards_and_counts(tmp_path, tiny_target_dir, tiny_tokenizer):
@@ -48,7 +49,7 @@ def test_tokenize_dataset_writes_contract_shards_and_counts(tmp_path, tiny_targe
     assert summary.errors == 1 and summary.written == 39
     assert summary.by_method == {"template_prefix": 38, "engine_token_ids": 1}
     assert summary.verified == 39
-    assert summary.shards == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    assert summary.shards == ["part-00000.arrow", "part-00001.arrow", "part-00002.arrow"]
     assert "prompt-only" in summary.examples["no_assistant_turn"][0]
     assert f"{source}:42" in summary.examples["no_assistant_turn"][0]
     assert summary.examples["duplicate_id"][0].startswith(f"{source}:41 ")
@@ -127,7 +128,7 @@ def test_existing_output_is_not_silently_replaced(tmp_path, tiny_target_dir):
     with pytest.raises(InputError, match="--resume to continue, --overwrite"):
         tokenize_dataset(source, tiny_target_dir, out, TokenizeOptions(workers=1, progress=False))
     again = tokenize_dataset(source, tiny_target_dir, out, TokenizeOptions(workers=1, overwrite=True, progress=False))
-    assert again.written == 5 and len(list(out.glob("part-*.parquet"))) == 1
+    assert again.written == 5 and len(list(out.glob("part-*.arrow"))) == 1
 
 
 def test_malformed_input_stops_with_file_and_line(tmp_path, tiny_target_dir):
@@ -145,7 +146,7 @@ def test_cli_tokenize(tmp_path, tiny_target_dir, capsys):
                  "--workers", "2", "--no-audit", "--no-progress", "--verify-share", "0.5"])
     assert code == 0
     assert "wrote 12 of 12 rows" in capsys.readouterr().err
-    assert pq.read_table(out / "part-00000.parquet").num_rows == 12
+    assert read_shard(out / "part-00000.arrow").num_rows == 12
 
 
 def test_cli_reports_bad_input_and_bad_options(tmp_path, tiny_target_dir, capsys):
@@ -211,11 +212,11 @@ def test_resume_skips_ids_already_written(tmp_path, tiny_target_dir):
     out = tmp_path / "out"
     options = TokenizeOptions(workers=1, rows_per_shard=8, progress=False)
     tokenize_dataset(first_part, tiny_target_dir, out, options)
-    (out / ".part-00003.parquet.tmp").write_bytes(b"half a shard from a crash")
+    (out / ".part-00003.arrow.tmp").write_bytes(b"half a shard from a crash")
     resumed = tokenize_dataset(everything, tiny_target_dir, out, options.model_copy(update={"resume": True, "workers": 2}))
     assert resumed.previously_written == 20 and resumed.skipped_already_written == 20
     assert resumed.written == 10 and resumed.input_rows == 30
-    assert resumed.shards == [f"part-{index:05d}.parquet" for index in range(5)]
+    assert resumed.shards == [f"part-{index:05d}.arrow" for index in range(5)]
     assert not list(out.glob(".*.tmp"))
     fresh = tmp_path / "fresh"
     tokenize_dataset(everything, tiny_target_dir, fresh, options)
@@ -291,7 +292,7 @@ def test_manifest_refuses_a_resume_with_other_settings_and_train_refuses_a_stopp
     options = TokenizeOptions(workers=1, chunk_size=5, rows_per_shard=5, progress=False)
     with pytest.raises(InputError, match=":31"):
         tokenize_dataset(source, tiny_target_dir, out, options)
-    assert list(out.glob("part-*.parquet")) and not (out / "tokenize_summary.json").exists()
+    assert list(out.glob("part-*.arrow")) and not (out / "tokenize_summary.json").exists()
     manifest = read_manifest(out)
     assert manifest["stage"] == "tokenize" and manifest["complete"] is False
     assert manifest["settings"]["tokenizer"].startswith("sha256:")

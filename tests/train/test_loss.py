@@ -91,3 +91,68 @@ def test_loss_from_hidden_scores_only_unmasked_predictions_and_matches():
     (grad_fast,) = torch.autograd.grad(fast.loss, hidden)
     (grad_full,) = torch.autograd.grad(full.loss, hidden)
     torch.testing.assert_close(grad_fast, grad_full)
+
+
+def _loss_inputs(seed: int, vocab: int = 37, hidden_size: int = 12):
+    torch.manual_seed(seed)
+    head = torch.nn.Linear(hidden_size, vocab, bias=False).requires_grad_(False)
+    hidden = torch.randn(3, 6, 7, hidden_size, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, vocab, (3, 6, 7))
+    label_mask = (torch.rand(3, 6, 7) > 0.3).double()
+    label_mask[2, 5] = 0  # a padding block
+    return head.double(), hidden, labels, label_mask, position_weights(8).double()
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 5, 16, 1000])
+def test_chunked_loss_equals_the_one_pass_loss_and_its_gradients(chunk_rows):
+    from draftsmith.train.loss import dflash_loss_from_hidden
+
+    head, hidden, labels, label_mask, weights = _loss_inputs(2)
+    reference = dflash_loss_from_hidden(hidden, head, labels, label_mask, weights, chunk_rows=None)
+    chunked = dflash_loss_from_hidden(hidden, head, labels, label_mask, weights, chunk_rows=chunk_rows)
+    assert abs(chunked.loss.item() - reference.loss.item()) < 1e-6
+    assert chunked.correct.tolist() == reference.correct.tolist()
+    assert chunked.accepted_prefix.item() == reference.accepted_prefix.item()
+    (grad_reference,) = torch.autograd.grad(reference.loss, hidden)
+    (grad_chunked,) = torch.autograd.grad(chunked.loss, hidden)
+    assert (grad_chunked - grad_reference).abs().max().item() < 1e-6
+    assert grad_reference.abs().sum() > 0
+
+
+def test_chunked_loss_scores_chunk_by_chunk_and_recomputes_in_backward():
+    from draftsmith.train.loss import dflash_loss_from_hidden
+
+    head, hidden, labels, label_mask, weights = _loss_inputs(3)
+    kept = int(label_mask.sum())
+    calls: list[int] = []
+
+    def score(rows):
+        calls.append(rows.shape[0])
+        return head(rows)
+
+    output = dflash_loss_from_hidden(hidden, score, labels, label_mask, weights, chunk_rows=16)
+    forward_calls = list(calls)
+    assert max(forward_calls) == 16 and sum(forward_calls) == kept and len(forward_calls) == -(-kept // 16)
+    output.loss.backward()
+    # Backward scored every chunk again (its logits were not kept), one chunk at a time.
+    assert sorted(calls[len(forward_calls):]) == sorted(forward_calls)
+    with pytest.raises(ValueError, match="chunk_rows"):
+        dflash_loss_from_hidden(hidden, score, labels, label_mask, weights, chunk_rows=0)
+
+
+def test_chunked_loss_under_bf16_autocast_matches_its_one_pass():
+    from draftsmith.train.loss import dflash_loss_from_hidden
+
+    torch.manual_seed(4)
+    head = torch.nn.Linear(16, 50, bias=False).requires_grad_(False)
+    hidden = torch.randn(2, 5, 7, 16, requires_grad=True)
+    labels = torch.randint(0, 50, (2, 5, 7))
+    label_mask = (torch.rand(2, 5, 7) > 0.2).float()
+    results = []
+    for chunk_rows in (None, 8):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            output = dflash_loss_from_hidden(hidden, head, labels, label_mask, position_weights(8), chunk_rows=chunk_rows)
+        (grad,) = torch.autograd.grad(output.loss, hidden)
+        results.append((output.loss.item(), grad))
+    assert results[0][0] == pytest.approx(results[1][0], abs=1e-6)
+    torch.testing.assert_close(results[0][1], results[1][1], atol=1e-6, rtol=0)

@@ -68,7 +68,7 @@ def test_offline_features_equal_online_and_give_the_same_losses(regenerated, tin
     assert "Offline hidden states" in printed  # the plan's storage estimate comes first
     assert result.shards == 3 and result.num_samples == 24
     store = FeatureStore(features_dir)
-    assert store.layer_ids == [0, 1, 2, 3]
+    assert store.layer_ids == [0, 1, 2]
 
     online = small_config(tiny_target_dir, regenerated, tmp_path / "online", max_steps=3)
     offline = online.model_copy(update={"out": tmp_path / "offline", "offline_features": features_dir})
@@ -186,14 +186,16 @@ def test_torchrun_two_processes_stay_in_sync(regenerated, tiny_target_dir, tmp_p
 
 def test_cli_extract_then_offline_train_and_errors(regenerated, tiny_target_dir, tmp_path, capsys):
     features = tmp_path / "features"
-    assert main(["extract", "--target", str(tiny_target_dir), "--data", str(regenerated), "--out", str(features), "--no-progress"]) == 0
+    # The last layer (3) too, though no default takes it: the old-feature refusal below needs it.
+    layers = ["--target-layer-ids", "0,1,2,3"]
+    assert main(["extract", "--target", str(tiny_target_dir), "--data", str(regenerated), "--out", str(features), "--no-progress", *layers]) == 0
     out = capsys.readouterr().out
     assert out.index("Offline hidden states") < out.index("extracted 24 samples")
     assert json.loads((features / "index.json").read_text())["dtype"] == "bfloat16"
     code = main(
         ["train", "--target", str(tiny_target_dir), "--data", str(regenerated), "--out", str(tmp_path / "run"),
          "--offline", str(features), "--block-size", "4", "--draft-layers", "1", "--max-steps", "2",
-         "--batch-size", "4", "--threads", "1", "--no-progress"]
+         "--batch-size", "4", "--threads", "1", "--no-progress", *layers]
     )  # fmt: skip
     assert code == 0
     assert "trained 2 steps" in capsys.readouterr().out
@@ -214,7 +216,7 @@ def test_cli_extract_then_offline_train_and_errors(regenerated, tiny_target_dir,
     del index["feature_definition"]
     (features / "index.json").write_text(json.dumps(index))
     assert main(["train", "--target", str(tiny_target_dir), "--data", str(regenerated), "--out", str(tmp_path / "old"),
-                 "--offline", str(features), "--block-size", "4", "--draft-layers", "1", "--max-steps", "1"]) == 2
+                 "--offline", str(features), "--block-size", "4", "--draft-layers", "1", "--max-steps", "1", *layers]) == 2
     assert "re-run `draftsmith extract`" in capsys.readouterr().err
 
 

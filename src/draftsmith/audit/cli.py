@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
-from typing import Annotated, Literal
 
 import typer
-from pydantic import BaseModel, ConfigDict, Field
 
-from draftsmith.core.config import cli, config_command
+from draftsmith.audit.config import AuditConfig
+from draftsmith.core.config import config_command
+from draftsmith.core.io import dumps_json
 
 
 def _thresholds_epilog() -> str:
@@ -27,22 +25,6 @@ def _thresholds_epilog() -> str:
     )
 
 
-class AuditConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    paths: Annotated[list[Path], cli(positional=True)] = Field(
-        description="conversation files (JSONL/Parquet) or tokenized datasets"
-    )
-    tokenizer: str | None = Field(None, description="tokenizer dir: decodes spans, checks end-of-turn, headers, thinking")
-    kind: Literal["auto", "tokenized", "conversations"] = "auto"
-    split: str | None = Field(None, description="DatasetDict split to audit (default: train, else the only one)")
-    plot: Path | None = Field(None, description="write a PNG histogram of trainable tokens per sample")
-    max_context: int | None = Field(None, ge=1, description="context limit in tokens")
-    threshold: Annotated[list[str], cli(split=False)] = Field(
-        default_factory=list, description="override a gate: name=value (share like 0.05 or 5%, or 'none'); repeatable"
-    )
-
-
 def audit(config: AuditConfig, as_json: bool = False) -> None:
     """Audit a training set and gate it: PASS (exit 0) or FAIL (exit 1) with the reasons."""
     from rich.console import Console
@@ -50,12 +32,18 @@ def audit(config: AuditConfig, as_json: bool = False) -> None:
     from draftsmith.audit.conversations import audit_conversations
     from draftsmith.audit.thresholds import Thresholds
     from draftsmith.audit.tokenized import audit_tokenized
+    from draftsmith.core.lazy import require_optional
     from draftsmith.core.progress import Progress
     from draftsmith.data.sources import detect_kind
+    from draftsmith.data.tokenized import is_tokenize_output
 
     limits = Thresholds.from_assignments(config.threshold)
     paths, tokenizer, max_context, plot = config.paths, config.tokenizer, config.max_context, config.plot
-    chosen = detect_kind(paths, config.split) if config.kind == "auto" else config.kind
+    if plot is not None:
+        require_optional("matplotlib", "--plot", "plot")
+    chosen = config.kind
+    if chosen == "auto":
+        chosen = "tokenized" if all(map(is_tokenize_output, paths)) else detect_kind(paths, config.split)
     stderr = Console(stderr=True)
     with Progress("audit", unit="samples", console=stderr) as progress:
         if chosen == "tokenized":
@@ -73,7 +61,7 @@ def audit(config: AuditConfig, as_json: bool = False) -> None:
 
         plot_histogram(report, plot)
     if as_json:
-        typer.echo(json.dumps(report.to_dict(), indent=2))
+        typer.echo(dumps_json(report.to_dict()))
         typer.echo(report.verdict, err=True)
     else:
         console = Console(width=max(Console().width, 120)) if not sys.stdout.isatty() else Console()

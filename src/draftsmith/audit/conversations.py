@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from draftsmith.audit.report import EXAMPLES, GATED_CHECKS, INFO_CHECKS, AuditReport, Check, Dominant
+from draftsmith.audit.report import EXAMPLES, GATED_CHECKS, INFO_CHECKS, AuditReport, Check, Dominant, duplicate_prompts
 from draftsmith.audit.thresholds import Thresholds, coerce_thresholds
 from draftsmith.audit.tokens import load_tokenizer
 from draftsmith.core.errors import InputError
@@ -88,7 +88,8 @@ class _ConversationAccumulator:
         raw = row.fields
         self.ids.append(sample)
 
-        empty = not content.strip()
+        # A final turn of only tool calls is an answer: the model's output is the calls.
+        empty = not content.strip() and not answer.get("tool_calls")
         self.empty.append(empty)
         if empty:
             self.checks["empty_response"].add(1, [sample])
@@ -133,7 +134,7 @@ class _ConversationAccumulator:
             if len(self.pending) >= PENDING:
                 self._count_pending()
 
-        completion_hash = _digest([reasoning or "", content])
+        completion_hash = _digest([reasoning or "", content, answer.get("tool_calls") or []])
         self.completion_hashes.append(completion_hash)
         self.prompt_hashes.append(_digest(prompt))
         if not empty:
@@ -221,12 +222,8 @@ class _ConversationAccumulator:
             self.checks["duplicate_completions"].add(
                 int(duplicate.sum()), [ids[i] for i in positions[duplicate][:EXAMPLES]]
             )
-        prompts = np.asarray(self.prompt_hashes, dtype=np.uint64)
-        if len(prompts):
-            _, first = np.unique(prompts, return_index=True)
-            duplicate = np.ones(len(prompts), dtype=bool)
-            duplicate[first] = False
-            self.checks["duplicate_prompts"].add(int(duplicate.sum()), pick_ids(duplicate))
+        duplicate = duplicate_prompts(self.prompt_hashes, completions)
+        self.checks["duplicate_prompts"].add(int(duplicate.sum()), pick_ids(duplicate))
         if ids:
             _, first = np.unique(np.asarray(ids, dtype=object).astype(str), return_index=True)
             repeated = np.ones(len(ids), dtype=bool)
@@ -243,20 +240,9 @@ class _ConversationAccumulator:
         over.checked = self.max_context is not None and bool((totals >= 0).any())
         if not over.checked:
             over.note = "needs --max-context and token counts (usage fields or --tokenizer)"
-        return AuditReport(
-            input_kind="conversations",
-            paths=[str(p) for p in paths],
-            samples=self.samples,
-            bad_samples=self.bad,
-            length_unit=unit,
-            trainable_counts=trainable_counts,
-            sequence_counts=sequence_counts,
-            dominant_mask_sum=mask_sum,
-            dominant_span=span,
-            checks=self.checks,
-            errors=self.errors,
-            errors_total=self.errors_total,
-            thresholds=thresholds,
+        return AuditReport.from_tally(
+            self, paths, input_kind="conversations", length_unit=unit, trainable_counts=trainable_counts,
+            sequence_counts=sequence_counts, dominant_mask_sum=mask_sum, dominant_span=span, thresholds=thresholds,
             settings=settings,
         )
 

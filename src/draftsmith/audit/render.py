@@ -5,12 +5,15 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from draftsmith.audit.report import INFO_CHECKS, AuditReport, distribution_stats, span_label
-from draftsmith.audit.report import _pct
-from draftsmith.audit.report import _shorten as _clip
+from draftsmith.audit.checks import INFO_CHECKS
+from draftsmith.audit.format import distribution_stats, percent, span_label
+from draftsmith.audit.format import shorten as _clip
+
+# `AuditReport.render` imports this module; this module never imports the report's (it reads the
+# report it is handed), so the two are no import circle.
 
 
-def _explain(report: AuditReport) -> list[str]:
+def _explain(report) -> list[str]:
     """Plain-language reading of the failed gates that matter most."""
     lines = []
     failed = {gate.name for gate in report.failed_gates}
@@ -18,7 +21,7 @@ def _explain(report: AuditReport) -> list[str]:
     samples = max(report.samples, 1)
     if "dominant_span" in failed and span.count:
         lines.append(
-            f"{_pct(span.count / samples)} of samples train on the very same completion "
+            f"{percent(span.count / samples)} of samples train on the very same completion "
             f"{span_label(span)}"
             + (f" ({span.num_tokens} tokens)" if span.num_tokens is not None else "")
             + ": the drafter would learn one stock reply, not the target's behaviour. "
@@ -26,7 +29,7 @@ def _explain(report: AuditReport) -> list[str]:
         )
     elif "dominant_mask_sum" in failed:
         lines.append(
-            f"{_pct(mask_sum.count / samples)} of samples have exactly {mask_sum.value} trainable "
+            f"{percent(mask_sum.count / samples)} of samples have exactly {mask_sum.value} trainable "
             f"{report.length_unit}: the completions are almost certainly boilerplate or truncated."
         )
     if "empty_thinking" in failed:
@@ -39,7 +42,8 @@ def _explain(report: AuditReport) -> list[str]:
     return lines
 
 
-def render_report(report: AuditReport, console) -> None:
+def render_report(report, console) -> None:
+    """Print `report` (an `AuditReport`) as rich tables on `console`."""
     data = report.to_dict()
     unit = report.length_unit
     summary = Table(title=f"draftsmith audit: {report.input_kind}", show_header=False, title_justify="left")
@@ -73,7 +77,7 @@ def render_report(report: AuditReport, console) -> None:
         share = entry["count"] / max(report.samples, 1)
         examples = ", ".join(report.dominant_mask_sum.example_ids[:3]) if rank == 0 else ""
         dominant.add_row(
-            f"loss-mask sum = {entry['value']}", _pct(share), f"{entry['count']:,}", f"{entry['value']} {unit}", examples
+            f"loss-mask sum = {entry['value']}", percent(share), f"{entry['count']:,}", f"{entry['value']} {unit}", examples
         )
     for entry in report.dominant_span.top[:3]:
         share = entry["count"] / max(report.samples, 1)
@@ -83,7 +87,7 @@ def render_report(report: AuditReport, console) -> None:
         value = entry.get("text")
         if value is None and entry.get("token_ids"):
             value = "ids " + " ".join(map(str, entry["token_ids"][:16]))
-        dominant.add_row(label, _pct(share), f"{entry['count']:,}", _clip(value, 60), ", ".join(entry["example_ids"][:3]))
+        dominant.add_row(label, percent(share), f"{entry['count']:,}", _clip(value, 60), ", ".join(entry["example_ids"][:3]))
     console.print(dominant)
 
     gates = Table(title="checks", title_justify="left")
@@ -108,8 +112,8 @@ def render_report(report: AuditReport, console) -> None:
             share, limit = f"{gate.value:,}", "" if gate.limit is None else f">= {gate.limit:,}"
             count = None
         else:
-            share = "" if gate.value is None else _pct(gate.value)
-            limit = "" if gate.limit is None else _pct(gate.limit)
+            share = "" if gate.value is None else percent(gate.value)
+            limit = "" if gate.limit is None else percent(gate.limit)
         note = ""
         if check is not None:
             note = ", ".join(check.example_ids[:3]) if check.count else check.note
@@ -118,7 +122,7 @@ def render_report(report: AuditReport, console) -> None:
         check = report.checks.get(name)
         if check is not None and check.checked and check.count:
             share = check.count / max(report.samples, 1)
-            gates.add_row(name, _pct(share), f"{check.count:,}", "", Text("info", style="dim"), ", ".join(check.example_ids[:3]))
+            gates.add_row(name, percent(share), f"{check.count:,}", "", Text("info", style="dim"), ", ".join(check.example_ids[:3]))
     console.print(gates)
 
     if report.errors:

@@ -7,45 +7,11 @@ from typing import Any
 
 import numpy as np
 
+from draftsmith.audit.checks import CHECK_DESCRIPTIONS, EXAMPLES, GATED_CHECKS, INFO_CHECKS, MIN_COUNTS
+from draftsmith.audit.format import distribution_stats, histogram_bins, percent, span_label
 from draftsmith.audit.thresholds import Thresholds
 
-EXAMPLES = 5
-
-CHECK_DESCRIPTIONS = {
-    "empty_response": "no trainable content (empty, whitespace or template tokens only)",
-    "empty_thinking": "thinking block present but empty",
-    "missing_end_of_turn": "trainable span does not end with the end-of-turn token / did not stop",
-    "truncated": 'stopped at max_tokens (finish_reason "length")',
-    "over_context": "longer than the context limit",
-    "scaffolding_masked": "loss mask covers role headers / template scaffolding",
-    "prompt_masked": "loss mask covers prompt tokens",
-    "length_mismatch": "loss_mask and input_ids lengths differ",
-    "duplicate_completions": "completion identical to an earlier sample's",
-    "duplicate_prompts": "prompt identical to an earlier sample's",
-    "repeated_ids": "id already used by an earlier sample (train refuses the set)",
-    "no_thinking": "no thinking at all (informational)",
-    "unclosed_thinking": "<think> opened but never closed (informational)",
-    "trainable_count_mismatch": "num_trainable/num_tokens columns disagree with the arrays (informational)",
-}
-
-
-#: checks gated as a share of samples, in report order (bad_samples and dominant values come first)
-GATED_CHECKS = (
-    "empty_response",
-    "empty_thinking",
-    "missing_end_of_turn",
-    "truncated",
-    "over_context",
-    "scaffolding_masked",
-    "prompt_masked",
-    "length_mismatch",
-    "duplicate_completions",
-    "duplicate_prompts",
-    "repeated_ids",
-)
-#: reported without a gate
-INFO_CHECKS = ("no_thinking", "unclosed_thinking", "trainable_count_mismatch")
-
+__all__ = ["EXAMPLES", "GATED_CHECKS", "INFO_CHECKS", "AuditReport", "Check", "Dominant", "Gate", "duplicate_prompts"]
 
 @dataclass
 class Check:
@@ -119,6 +85,12 @@ class AuditReport:
     def __post_init__(self) -> None:
         if not self.gates:
             self.gates = evaluate_gates(self)
+
+    @classmethod
+    def from_tally(cls, tally: Any, paths, **fields: Any) -> AuditReport:
+        """A report from an audit's running tally (its sample, bad-sample, check and error counts)."""
+        return cls(paths=[str(path) for path in paths], samples=tally.samples, bad_samples=tally.bad, checks=tally.checks,
+                   errors=tally.errors, errors_total=tally.errors_total, **fields)  # fmt: skip
 
     # -- results -------------------------------------------------------------------------------
     @property
@@ -199,65 +171,23 @@ def _dominant_dict(dominant: Dominant, samples: int) -> dict[str, Any]:
     return out
 
 
-def distribution_stats(counts: np.ndarray | None) -> dict[str, Any] | None:
-    """min/percentiles/max/mean from a dense histogram `counts[value] = samples`."""
-    if counts is None:
-        return None
-    total = int(counts.sum())
-    if total == 0:
-        return None
-    values = np.flatnonzero(counts)
-    cumulative = np.cumsum(counts)
-
-    def percentile(q: float) -> int:
-        return int(np.searchsorted(cumulative, q * total, side="left"))
-
-    weighted = float((np.arange(len(counts), dtype=np.float64) * counts).sum())
-    return {
-        "min": int(values[0]),
-        "p10": percentile(0.10),
-        "p50": percentile(0.50),
-        "p90": percentile(0.90),
-        "p99": percentile(0.99),
-        "max": int(values[-1]),
-        "mean": weighted / total,
-        "total": int(weighted),
-    }
+def first_repeats(hashes: np.ndarray) -> np.ndarray:
+    """True for each entry equal to an earlier one (the first of each value is not a repeat)."""
+    repeated = np.ones(len(hashes), dtype=bool)
+    if len(hashes):
+        repeated[np.unique(hashes, return_index=True)[1]] = False
+    return repeated
 
 
-def histogram_bins(counts: np.ndarray, bins: int = 40) -> dict[str, list]:
-    """A coarse equal-width histogram of a dense count array (for JSON and the plot)."""
-    total = int(counts.sum())
-    if total == 0:
-        return {"edges": [], "counts": []}
-    top = int(np.flatnonzero(counts)[-1]) + 1
-    width = max(1, int(np.ceil(top / bins)))
-    edges = np.arange(0, top + width, width)
-    padded = np.zeros(len(edges) - 1, dtype=np.int64)
-    binned = np.add.reduceat(counts[:top], np.arange(0, top, width)) if top else np.zeros(0)
-    padded[: len(binned)] = binned
-    return {"edges": [int(e) for e in edges], "counts": [int(c) for c in padded]}
-
-
-def _pct(value: float) -> str:
-    return f"{value * 100:.1f}%"
-
-
-def span_label(dominant: "Dominant", limit: int = 60) -> str:
-    """The decoded span, or its first token ids when there is no tokenizer to decode them."""
-    if dominant.text is not None:
-        return "'" + _shorten(dominant.text, limit) + "'"
-    if dominant.token_ids:
-        ids = " ".join(map(str, dominant.token_ids[:12]))
-        return f"[token ids {ids}{' …' if len(dominant.token_ids) > 12 else ''}]"
-    return "(text not kept)"
-
-
-def _shorten(text: str | None, limit: int = 80) -> str:
-    if text is None:
-        return ""
-    text = repr(text)[1:-1]
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def duplicate_prompts(prompt_hashes: np.ndarray, completion_hashes: np.ndarray) -> np.ndarray:
+    """The `duplicate_prompts` rule of both audits: a row repeats an earlier row's prompt AND
+    completion. The same prompt sampled again with another completion is a deliberate sample
+    (several answers per prompt), not a duplicate; one completion shared across prompts is
+    `duplicate_completions`'s business."""
+    prompts = np.asarray(prompt_hashes, dtype=np.uint64)
+    completions = np.asarray(completion_hashes, dtype=np.uint64)
+    pairs = prompts * np.uint64(0x100000001B3) ^ (completions ^ (completions >> np.uint64(29))) * np.uint64(0xBF58476D1CE4E5B9)
+    return first_repeats(pairs)
 
 
 def evaluate_gates(report: AuditReport) -> list[Gate]:
@@ -275,21 +205,22 @@ def evaluate_gates(report: AuditReport) -> list[Gate]:
             return
         # A dominant value must repeat: in a small set a share says little (one sample of five is 20%).
         rare = share > limit and min_count is not None and count < min_count
-        note = f"limit {_pct(limit)}" + (f"; shared by fewer than {min_count} samples, not dominant" if rare else "")
+        few = "shared by" if name.startswith("dominant") else "seen in"
+        note = f"limit {percent(limit)}" + (f"; {few} fewer than {min_count} samples, not a pattern" if rare else "")
         gates.append(Gate(name, share, limit, share <= limit or rare, False, f"{describe(count, share)} ({note})"))
 
     share_gate(
         "bad_samples",
         report.bad_samples,
         True,
-        lambda c, s: f"{_pct(s)} of samples ({c:,}) are unreadable",
+        lambda c, s: f"{percent(s)} of samples ({c:,}) are unreadable",
     )
     mask_sum = report.dominant_mask_sum
     share_gate(
         "dominant_mask_sum",
         mask_sum.count,
         mask_sum.value is not None,
-        lambda c, s: f"{_pct(s)} of samples ({c:,}) have exactly {mask_sum.value} trainable {unit}",
+        lambda c, s: f"{percent(s)} of samples ({c:,}) have exactly {mask_sum.value} trainable {unit}",
         thresholds.dominant_min_count,
     )
     span = report.dominant_span
@@ -298,7 +229,7 @@ def evaluate_gates(report: AuditReport) -> list[Gate]:
         "dominant_span",
         span.count,
         span.count > 0,
-        lambda c, s: f"{_pct(s)} of samples ({c:,}) train on the identical {what} {span_label(span)}",
+        lambda c, s: f"{percent(s)} of samples ({c:,}) train on the identical {what} {span_label(span)}",
         thresholds.dominant_min_count,
     )
     for name in GATED_CHECKS:
@@ -311,7 +242,8 @@ def evaluate_gates(report: AuditReport) -> list[Gate]:
             name,
             check.count,
             check.checked,
-            lambda c, s, d=description: f"{_pct(s)} of samples ({c:,}): {d}",
+            lambda c, s, d=description: f"{percent(s)} of samples ({c:,}): {d}",
+            MIN_COUNTS.get(name) and getattr(thresholds, MIN_COUNTS[name]),
         )
     minimum = thresholds.min_samples
     audited = report.audited_samples

@@ -1,7 +1,7 @@
 """Gate thresholds: the limits that turn an audit into PASS or FAIL.
 
-Every limit is a maximum share of all samples (0.05 = 5%), except the counts `dominant_min_count`
-and `min_samples`. A limit of `None` switches that gate off. Defaults are set to catch disasters
+Every limit is a maximum share of all samples (0.05 = 5%), except the counts `dominant_min_count`,
+`empty_thinking_min_count` and `min_samples`. A limit of `None` switches that gate off. Defaults are set to catch disasters
 (a stock reply in most rows, a template bug masking headers) without failing ordinary, varied data.
 """
 
@@ -26,8 +26,11 @@ class Thresholds:
     dominant_min_count: int | None = 5
     #: responses with no trainable content (empty, whitespace, only template tokens)
     empty_response: float | None = 0.01
-    #: responses whose thinking block is present but empty
+    #: responses whose trained thinking block is present but empty
     empty_thinking: float | None = 0.25
+    #: empty thinking fails only when at least this many samples have it (a count, on top of the
+    #: share): one honest empty think in three rows is 33%, not a broken generation
+    empty_thinking_min_count: int | None = 5
     #: trainable span not ending with the end-of-turn token / generation that did not stop
     missing_end_of_turn: float | None = 0.01
     #: completions that stopped at max_tokens (finish_reason "length")
@@ -43,7 +46,8 @@ class Thresholds:
     #: completions identical to an earlier sample's: above half, most of the generation budget
     #: was spent producing copies (one stock reply is caught earlier by dominant_span)
     duplicate_completions: float | None = 0.50
-    #: prompts identical to an earlier sample's (several answers per prompt can be intended)
+    #: prompt and completion identical to an earlier sample's; the same prompt with another
+    #: completion is a deliberate sample (several answers per prompt), not counted
     duplicate_prompts: float | None = 0.50
     #: samples whose id an earlier sample already has: `train` refuses such a set, so any fails
     repeated_ids: float | None = 0.0
@@ -81,7 +85,7 @@ class Thresholds:
 
 
 #: thresholds that are sample counts, not shares
-COUNT_THRESHOLDS = ("dominant_min_count", "min_samples")
+COUNT_THRESHOLDS = ("dominant_min_count", "empty_thinking_min_count", "min_samples")
 
 
 def parse_threshold_value(name: str, raw: str) -> float | int | None:

@@ -9,6 +9,7 @@ dominant values and duplicates are exact over the whole dataset.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from draftsmith.data.sources import suffix_of
+from draftsmith.data.sources import count_records
 from draftsmith.data.tokenized import iter_tokenized_batches, tokenized_files
-from draftsmith.audit.report import EXAMPLES, AuditReport, Check, Dominant
+from draftsmith.audit.report import EXAMPLES, AuditReport, Check, Dominant, duplicate_prompts
 from draftsmith.audit.thresholds import Thresholds, coerce_thresholds
 from draftsmith.audit.tokens import TokenizerInfo, load_tokenizer
 from draftsmith.core.errors import InputError
@@ -135,6 +136,50 @@ def _lengths(column: pa.Array) -> np.ndarray:
     return _to_numpy(pc.fill_null(pc.list_value_length(column), -1)).astype(np.int64)
 
 
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
+
+
+def _example_ids(batch_ids: pa.Array | None, rows: np.ndarray, global_rows: np.ndarray | int) -> list[str]:
+    """Ids of `rows` (positions in `batch_ids`); `#N` (global row N) when there is no id column."""
+    rows = np.asarray(rows)[:EXAMPLES]
+    if batch_ids is None:
+        if isinstance(global_rows, (int, np.integer)):
+            return [f"#{global_rows + int(r)}" for r in rows]
+        return [f"#{int(global_rows[r])}" for r in rows]
+    return [str(v) for v in batch_ids.take(pa.array(rows, type=pa.int64())).to_pylist()]
+
+
+@dataclass
+class _Rows:
+    """One batch's readable rows, flat: token ids, the trained mask, per-row lengths and offsets;
+    `_count_rows` adds the per-row trained sums and positions the later checks share."""
+
+    batch: pa.RecordBatch
+    ids: pa.Array | None
+    global_rows: np.ndarray
+    values: np.ndarray
+    mask: np.ndarray  # bool
+    lengths: np.ndarray
+    offsets: np.ndarray
+    top: int
+    cumulative_mask: np.ndarray | None = None
+    trained_start: np.ndarray | None = None
+    trained_end: np.ndarray | None = None
+    sums: np.ndarray | None = None
+    trained: np.ndarray | None = None
+    first_masked: np.ndarray | None = None
+
+    @property
+    def n(self) -> int:
+        return len(self.lengths)
+
+    def examples(self, flags: np.ndarray) -> list[str]:
+        return _example_ids(self.ids, np.flatnonzero(flags), self.global_rows)
+
+
 class _Accumulator:
     def __init__(self, tokenizer: TokenizerInfo | None, max_context: int | None):
         self.tokenizer = tokenizer
@@ -191,13 +236,7 @@ class _Accumulator:
             self.errors.append(message)
 
     def _ids(self, batch_ids: pa.Array | None, rows: np.ndarray, global_rows: np.ndarray | int) -> list[str]:
-        """Ids of `rows` (positions in `batch_ids`); `#N` (global row N) when there is no id column."""
-        rows = np.asarray(rows)[:EXAMPLES]
-        if batch_ids is None:
-            if isinstance(global_rows, (int, np.integer)):
-                return [f"#{global_rows + int(r)}" for r in rows]
-            return [f"#{int(global_rows[r])}" for r in rows]
-        return [str(v) for v in batch_ids.take(pa.array(rows, type=pa.int64())).to_pylist()]
+        return _example_ids(batch_ids, rows, global_rows)
 
     def _add_counts(self, which: str, counts: np.ndarray) -> None:
         current = getattr(self, which)
@@ -208,14 +247,35 @@ class _Accumulator:
 
     # -- one batch -----------------------------------------------------------------------------
     def add_batch(self, file: Path, file_row: int, batch: pa.RecordBatch) -> None:
-        rows = batch.num_rows
         base = self.samples
-        self.samples += rows
-        names = batch.schema.names
-        batch_ids = batch.column("id").cast(pa.string()) if "id" in names else None
+        self.samples += batch.num_rows
+        batch_ids = batch.column("id").cast(pa.string()) if "id" in batch.schema.names else None
         self.ids.append(batch_ids)
         self.id_offsets.append(base)
+        batch, batch_ids, good_rows, lengths = self._drop_unreadable_rows(file, file_row, batch, batch_ids, base)
+        values, raw_mask, null_tokens = self._flat_values(file, batch)
+        offsets = _offsets(lengths)
+        keep_rows = self._invalid_value_rows(file, file_row, (values, raw_mask, null_tokens), offsets, batch_ids, base, good_rows)
+        if keep_rows is not None:
+            token_keep = np.repeat(keep_rows, lengths)
+            values, raw_mask = values[token_keep], raw_mask[token_keep]
+            lengths, good_rows = lengths[keep_rows], good_rows[keep_rows]
+            batch = batch.filter(pa.array(keep_rows))
+            batch_ids = batch_ids.filter(pa.array(keep_rows)) if batch_ids is not None else None
+            offsets = _offsets(lengths)
+        if raw_mask.dtype == np.bool_:
+            mask = raw_mask
+        elif raw_mask.dtype.itemsize == 1:
+            mask = raw_mask.view(np.bool_)  # validated 0/1 above: a free reinterpretation
+        else:
+            mask = raw_mask != 0
+        if len(lengths):
+            top = int(values.max()) if len(values) else 0
+            self._audit_rows(_Rows(batch, batch_ids, base + good_rows, values, mask, lengths, offsets, top))
 
+    def _drop_unreadable_rows(self, file, file_row, batch, batch_ids, base):
+        """Rows with a null column or columns of different lengths are counted, reported and
+        dropped; returns the rest: (batch, ids, their positions in the batch, their lengths)."""
         input_ids, loss_mask = batch.column("input_ids"), batch.column("loss_mask")
         id_lengths, mask_lengths = _lengths(input_ids), _lengths(loss_mask)
         null_rows = (id_lengths < 0) | (mask_lengths < 0)
@@ -238,12 +298,14 @@ class _Accumulator:
             self.errors_total += max(0, len(where) - 3)
         if not good.all():
             keep = pa.array(good)
-            input_ids, loss_mask = pc.filter(input_ids, keep), pc.filter(loss_mask, keep)
             batch = batch.filter(keep)
             batch_ids = batch_ids.filter(keep) if batch_ids is not None else None
-        good_rows = np.flatnonzero(good)  # position in the original batch
-        lengths = id_lengths[good]
+        return batch, batch_ids, np.flatnonzero(good), id_lengths[good]
 
+    def _flat_values(self, file, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """The flat token ids and raw mask values of the batch, and where either held a null
+        (filled with 0; `_invalid_value_rows` reports those rows)."""
+        input_ids, loss_mask = batch.column("input_ids"), batch.column("loss_mask")
         flat_ids, flat_mask = pc.list_flatten(input_ids), pc.list_flatten(loss_mask)
         if not (pa.types.is_integer(flat_ids.type) and (pa.types.is_integer(flat_mask.type) or pa.types.is_boolean(flat_mask.type))):
             raise InputError(
@@ -254,13 +316,13 @@ class _Accumulator:
         if flat_ids.null_count or flat_mask.null_count:
             null_tokens = _to_numpy(pc.or_(pc.is_null(flat_ids), pc.is_null(flat_mask)))
             flat_ids, flat_mask = pc.fill_null(flat_ids, 0), pc.fill_null(flat_mask, 0)
-        values = _to_numpy(flat_ids)
-        raw_mask = _to_numpy(flat_mask)
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
+        return _to_numpy(flat_ids), _to_numpy(flat_mask), null_tokens
 
-        # Rows whose values cannot be trusted are unreadable: mask values other than 0/1, token ids
-        # outside the vocabulary. Cheap reductions first; per-token flags only when something is off.
+    def _invalid_value_rows(self, file, file_row, flat, offsets, batch_ids, base, good_rows) -> np.ndarray | None:
+        """Rows whose values cannot be trusted are unreadable: null tokens, mask values other than
+        0/1, token ids outside the vocabulary. Counted and reported; returns the rows to keep, or
+        None when all are fine. Cheap reductions first; per-token flags only when something is off."""
+        values, raw_mask, null_tokens = flat
         top = int(values.max()) if len(values) else 0
         bottom = int(values.min()) if len(values) else 0
         vocab = self.tokenizer.vocab_size if self.tokenizer is not None else None
@@ -270,98 +332,83 @@ class _Accumulator:
             mask_ok = not len(raw_mask) or int(raw_mask.view(np.uint8).max()) <= 1
         else:
             mask_ok = not len(raw_mask) or (int(raw_mask.max()) <= 1 and int(raw_mask.min()) >= 0)
-        if not mask_ok or bottom < 0 or (vocab is not None and top >= vocab) or null_tokens is not None:
-            problems = {
-                "null tokens": null_tokens,
-                "token ids out of range"
-                + (f" (vocabulary size {vocab})" if vocab is not None else " (negative)"): (
-                    (values < 0) if vocab is None else ((values < 0) | (values >= vocab))
-                ),
-                "loss_mask values other than 0/1": (
-                    None if raw_mask.dtype == np.bool_ else (raw_mask != 0) & (raw_mask != 1)
-                ),
-            }
-            row_problems = {}
-            for problem, flags in problems.items():
-                if flags is not None and flags.any():
-                    counts = _prefix_count(flags)
-                    row_problems[problem] = (counts[offsets[1:]] - counts[offsets[:-1]]) > 0
-            bad_rows = np.logical_or.reduce(list(row_problems.values()))
-            where = np.flatnonzero(bad_rows)
-            self.bad += len(where)
-            for r, sample in zip(where[:3], self._ids(batch_ids, where[:3], base + good_rows)):
-                reasons = ", ".join(problem for problem, rows_flag in row_problems.items() if rows_flag[r])
-                self.error(f"{file}: row {file_row + int(good_rows[r])} (id {sample}): {reasons}")
-            self.errors_total += max(0, len(where) - 3)
-            keep_rows = ~bad_rows
-            token_keep = np.repeat(keep_rows, lengths)
-            values, raw_mask = values[token_keep], raw_mask[token_keep]
-            lengths = lengths[keep_rows]
-            good_rows = good_rows[keep_rows]
-            batch = batch.filter(pa.array(keep_rows))
-            batch_ids = batch_ids.filter(pa.array(keep_rows)) if batch_ids is not None else None
-            offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-            np.cumsum(lengths, out=offsets[1:])
-            top = int(values.max()) if len(values) else 0
-        if raw_mask.dtype == np.bool_:
-            mask = raw_mask
-        elif raw_mask.dtype.itemsize == 1:
-            mask = raw_mask.view(np.bool_)  # validated 0/1 above: a free reinterpretation
-        else:
-            mask = raw_mask != 0
-        self._audit_rows(batch, batch_ids, base, good_rows, values, mask, lengths, offsets, top)
+        if mask_ok and bottom >= 0 and (vocab is None or top < vocab) and null_tokens is None:
+            return None
+        problems = {
+            "null tokens": null_tokens,
+            "token ids out of range" + (f" (vocabulary size {vocab})" if vocab is not None else " (negative)"): (
+                (values < 0) if vocab is None else ((values < 0) | (values >= vocab))
+            ),
+            "loss_mask values other than 0/1": None if raw_mask.dtype == np.bool_ else (raw_mask != 0) & (raw_mask != 1),
+        }
+        row_problems = {}
+        for problem, flags in problems.items():
+            if flags is not None and flags.any():
+                counts = _prefix_count(flags)
+                row_problems[problem] = (counts[offsets[1:]] - counts[offsets[:-1]]) > 0
+        bad_rows = np.logical_or.reduce(list(row_problems.values()))
+        where = np.flatnonzero(bad_rows)
+        self.bad += len(where)
+        for r, sample in zip(where[:3], self._ids(batch_ids, where[:3], base + good_rows)):
+            reasons = ", ".join(problem for problem, rows_flag in row_problems.items() if rows_flag[r])
+            self.error(f"{file}: row {file_row + int(good_rows[r])} (id {sample}): {reasons}")
+        self.errors_total += max(0, len(where) - 3)
+        return ~bad_rows
 
-    def _audit_rows(self, batch, batch_ids, base, good_rows, values, mask, lengths, offsets, top) -> None:
-        n = len(lengths)
-        if n == 0:
+    def _audit_rows(self, rows: _Rows) -> None:
+        self._count_rows(rows)
+        if self.tokenizer is None:
+            empty = rows.sums == 0
+            self.checks["empty_response"].add(int(empty.sum()), rows.examples(empty))
+            self.checks["prompt_masked"].add(int(rows.first_masked.sum()), rows.examples(rows.first_masked))
             return
-        names = batch.schema.names
-        global_rows = base + good_rows
-        examples = lambda flags: self._ids(batch_ids, np.flatnonzero(flags), global_rows)  # noqa: E731
+        self._template_checks(rows)
 
-        cumulative_mask = _prefix_count(mask)
-        trained_start, trained_end = cumulative_mask[offsets[:-1]], cumulative_mask[offsets[1:]]
-        sums = trained_end - trained_start
-        trained = values[mask]
-        span_hashes = self.hasher.rows(trained, trained_start, trained_end, top)
+    def _count_rows(self, rows: _Rows) -> None:
+        """Per-row sums and span/prompt hashes for the whole-dataset questions, and the checks that
+        need no tokenizer: stated counts, truncation, context length."""
+        values, mask, lengths, offsets, n = rows.values, rows.mask, rows.lengths, rows.offsets, rows.n
+        rows.cumulative_mask = cumulative_mask = _prefix_count(mask)
+        rows.trained_start, rows.trained_end = cumulative_mask[offsets[:-1]], cumulative_mask[offsets[1:]]
+        rows.sums = sums = rows.trained_end - rows.trained_start
+        rows.trained = values[mask]
+        span_hashes = self.hasher.rows(rows.trained, rows.trained_start, rows.trained_end, rows.top)
         # Untrained tokens: their running index is position minus trained tokens before it.
         prompt_hashes = self.hasher.rows(
-            values[~mask], offsets[:-1] - trained_start, offsets[1:] - trained_end, top
+            values[~mask], offsets[:-1] - rows.trained_start, offsets[1:] - rows.trained_end, rows.top
         )
         self._add_counts("trainable_counts", np.bincount(sums))
         self._add_counts("sequence_counts", np.bincount(lengths))
-        self.good_index.append(global_rows)
+        self.good_index.append(rows.global_rows)
         self.sums.append(sums.astype(np.int32))
         self.span_hashes.append(span_hashes)
         self.prompt_hashes.append(prompt_hashes)
-        self._keep_representatives(span_hashes, sums, trained, trained_start)
+        self._keep_representatives(span_hashes, sums, rows.trained, rows.trained_start)
 
+        names = rows.batch.schema.names
         if "num_trainable" in names or "num_tokens" in names:
             disagree = np.zeros(n, dtype=bool)
             for column, actual in (("num_trainable", sums), ("num_tokens", lengths)):
                 if column in names:
-                    stated = _to_numpy(pc.fill_null(batch.column(column), -1)).astype(np.int64)
+                    stated = _to_numpy(pc.fill_null(rows.batch.column(column), -1)).astype(np.int64)
                     disagree |= stated != actual
-            self.checks["trainable_count_mismatch"].add(int(disagree.sum()), examples(disagree))
+            self.checks["trainable_count_mismatch"].add(int(disagree.sum()), rows.examples(disagree))
         if "finish_reason" in names:
             self.checks["truncated"].checked = True
-            truncated = _to_numpy(pc.fill_null(pc.equal(batch.column("finish_reason"), "length"), False))
-            self.checks["truncated"].add(int(truncated.sum()), examples(truncated))
+            truncated = _to_numpy(pc.fill_null(pc.equal(rows.batch.column("finish_reason"), "length"), False))
+            self.checks["truncated"].add(int(truncated.sum()), rows.examples(truncated))
         if self.max_context is not None:
             over = lengths > self.max_context
-            self.checks["over_context"].add(int(over.sum()), examples(over))
-
+            self.checks["over_context"].add(int(over.sum()), rows.examples(over))
         nonempty_rows = lengths > 0
-        first_masked = np.zeros(n, dtype=bool)
-        first_masked[nonempty_rows] = mask[offsets[:-1][nonempty_rows]]
+        rows.first_masked = np.zeros(n, dtype=bool)
+        rows.first_masked[nonempty_rows] = mask[offsets[:-1][nonempty_rows]]
 
-        info = self.tokenizer
-        if info is None:
-            empty = sums == 0
-            self.checks["empty_response"].add(int(empty.sum()), examples(empty))
-            self.checks["prompt_masked"].add(int(first_masked.sum()), examples(first_masked))
-            return
-
+    def _template_checks(self, rows: _Rows) -> None:
+        """The checks that need token meaning: empty response, end of turn, scaffolding and prompt
+        tokens trained on, thinking."""
+        values, mask, offsets, n, sums = rows.values, rows.mask, rows.offsets, rows.n, rows.sums
+        examples = rows.examples
         # One dense gather and one dense nonzero; every question below works on the (few) tokens
         # that have a class at all: whitespace, special tokens, think delimiters, header starts.
         classes = self.classes[values]
@@ -376,19 +423,33 @@ class _Accumulator:
         per_row = lambda positions: np.bincount(_rows_of(positions, offsets), minlength=n)  # noqa: E731
 
         # Empty response: every trained token is whitespace, special or a think delimiter.
-        trained_trivial = per_row(where(TRIVIAL, trained_only=True))
-        empty = trained_trivial == sums
+        empty = per_row(where(TRIVIAL, trained_only=True)) == sums
         self.checks["empty_response"].add(int(empty.sum()), examples(empty))
 
         # The last trained token must end the turn, or the drafter never learns to stop.
         has_trained = sums > 0
         missing = np.zeros(n, dtype=bool)
-        last_trained = trained[trained_end[has_trained] - 1]
+        last_trained = rows.trained[rows.trained_end[has_trained] - 1]
         missing[has_trained] = (self.classes[last_trained] & END_OF_TURN) == 0
         self.checks["missing_end_of_turn"].add(int(missing.sum()), examples(missing))
 
-        # Role headers: occurrences of the full assistant header, found from its first token.
-        header = info.assistant_header
+        header_starts, header_rows, header_trained = self._assistant_headers(where, values, mask, offsets)
+        scaffolding_rows = per_row(where(SCAFFOLDING, trained_only=True)) > 0
+        scaffolding_rows[header_rows[header_trained > 0]] = True
+        self.checks["scaffolding_masked"].add(int(scaffolding_rows.sum()), examples(scaffolding_rows))
+
+        prompt_rows = rows.first_masked.copy()
+        if len(header_starts):
+            prompt_rows |= self._prompt_trained(rows, where(END_OF_TURN), header_starts, header_rows, header_trained)
+        self.checks["prompt_masked"].add(int(prompt_rows.sum()), examples(prompt_rows))
+
+        if self.tokenizer.think_open is not None:
+            self._thinking(where, offsets, n, examples)
+
+    def _assistant_headers(self, where, values, mask, offsets):
+        """Occurrences of the full assistant header, found from its first token: (starts, their
+        rows, how many of their tokens are trained)."""
+        header = self.tokenizer.assistant_header
         header_starts = np.zeros(0, dtype=np.int64)
         if len(header):
             candidates = where(HEADER_START)
@@ -398,42 +459,38 @@ class _Accumulator:
                 at = np.minimum(candidates + index, len(values) - 1)
                 matched &= values[at] == header[index]
             header_starts = candidates[matched]
-        header_rows = _rows_of(header_starts, offsets)
         header_trained = np.zeros(len(header_starts), dtype=np.int64)
         for index in range(len(header)):
             header_trained += mask[header_starts + index]
-        scaffolding_rows = per_row(where(SCAFFOLDING, trained_only=True)) > 0
-        scaffolding_rows[header_rows[header_trained > 0]] = True
-        self.checks["scaffolding_masked"].add(int(scaffolding_rows.sum()), examples(scaffolding_rows))
+        return header_starts, _rows_of(header_starts, offsets), header_trained
 
-        # Prompt tokens trained on: trained tokens outside every assistant turn (header end up to
-        # and including the next end-of-turn) in rows that have an assistant header.
-        prompt_rows = first_masked.copy()
-        if len(header_starts):
-            turn_starts = header_starts + len(header)
-            row_ends = offsets[header_rows + 1]
-            ends_of_turn = where(END_OF_TURN)
-            next_end = np.searchsorted(ends_of_turn, turn_starts)
-            turn_ends = np.where(  # exclusive
-                next_end < len(ends_of_turn),
-                ends_of_turn[np.minimum(next_end, max(len(ends_of_turn) - 1, 0))] + 1 if len(ends_of_turn) else 0,
-                row_ends,
-            )
-            next_header = np.r_[header_starts[1:], np.iinfo(np.int64).max]
-            turn_ends = np.minimum(np.minimum(turn_ends, row_ends), next_header)
-            turn_ends = np.maximum(turn_ends, turn_starts)
-            inside = cumulative_mask[turn_ends] - cumulative_mask[turn_starts]
-            inside_per_row = np.bincount(header_rows, weights=inside + header_trained, minlength=n)
-            has_header = np.zeros(n, dtype=bool)
-            has_header[header_rows] = True
-            prompt_rows |= has_header & (sums - inside_per_row.astype(np.int64) > 0)
-        self.checks["prompt_masked"].add(int(prompt_rows.sum()), examples(prompt_rows))
-
-        if info.think_open is not None:
-            self._thinking(where, offsets, n, examples)
+    def _prompt_trained(self, rows: _Rows, ends_of_turn, header_starts, header_rows, header_trained) -> np.ndarray:
+        """Rows with an assistant header that train tokens outside every assistant turn (header
+        end up to and including the next end-of-turn)."""
+        header = self.tokenizer.assistant_header
+        offsets, n = rows.offsets, rows.n
+        turn_starts = header_starts + len(header)
+        row_ends = offsets[header_rows + 1]
+        next_end = np.searchsorted(ends_of_turn, turn_starts)
+        turn_ends = np.where(  # exclusive
+            next_end < len(ends_of_turn),
+            ends_of_turn[np.minimum(next_end, max(len(ends_of_turn) - 1, 0))] + 1 if len(ends_of_turn) else 0,
+            row_ends,
+        )
+        next_header = np.r_[header_starts[1:], np.iinfo(np.int64).max]
+        turn_ends = np.minimum(np.minimum(turn_ends, row_ends), next_header)
+        turn_ends = np.maximum(turn_ends, turn_starts)
+        inside = rows.cumulative_mask[turn_ends] - rows.cumulative_mask[turn_starts]
+        inside_per_row = np.bincount(header_rows, weights=inside + header_trained, minlength=n)
+        has_header = np.zeros(n, dtype=bool)
+        has_header[header_rows] = True
+        return has_header & (rows.sums - inside_per_row.astype(np.int64) > 0)
 
     def _thinking(self, where, offsets, n, examples) -> None:
-        opens = where(THINK_OPEN)
+        # Only blocks the row trains on are the model's: a template's untrained empty block (thinking
+        # switched off, or inserted before an answer without reasoning) is no thinking, as in the
+        # conversation audit, never `empty_thinking`.
+        opens = where(THINK_OPEN, trained_only=True)
         open_rows = _rows_of(opens, offsets)
         has_open = np.zeros(n, dtype=bool)
         has_open[open_rows] = True
@@ -562,41 +619,19 @@ class _Accumulator:
             duplicate = np.ones(int(nonempty.sum()), dtype=bool)
             duplicate[first] = False
             duplicate_completions.add(int(duplicate.sum()), self.ids_of(nonempty_rows[duplicate]))
-        if len(prompts):
-            _, first = np.unique(prompts, return_index=True)
-            duplicate = np.ones(len(prompts), dtype=bool)
-            duplicate[first] = False
-            self.checks["duplicate_prompts"].add(int(duplicate.sum()), self.ids_of(rows[duplicate]))
+        duplicate = duplicate_prompts(prompts, spans)
+        self.checks["duplicate_prompts"].add(int(duplicate.sum()), self.ids_of(rows[duplicate]))
         self._repeated_ids()
 
-        return AuditReport(
-            input_kind="tokenized",
-            paths=[str(p) for p in paths],
-            samples=self.samples,
-            bad_samples=self.bad,
-            length_unit="tokens",
-            trainable_counts=self.trainable_counts,
-            sequence_counts=self.sequence_counts,
-            dominant_mask_sum=mask_sum,
-            dominant_span=span,
-            checks=self.checks,
-            errors=self.errors,
-            errors_total=self.errors_total,
-            thresholds=thresholds,
+        return AuditReport.from_tally(
+            self, paths, input_kind="tokenized", length_unit="tokens", trainable_counts=self.trainable_counts,
+            sequence_counts=self.sequence_counts, dominant_mask_sum=mask_sum, dominant_span=span, thresholds=thresholds,
             settings=settings,
         )
 
 
-def _total_rows(paths, split: str | None) -> int | None:
-    import pyarrow.parquet as pq
-
-    total = 0
-    for path in paths:
-        for file in tokenized_files(path, split):
-            if suffix_of(file) != ".parquet":
-                return None
-            total += pq.ParquetFile(file).metadata.num_rows
-    return total
+def _total_rows(paths, split: str | None) -> int:
+    return sum(count_records(tokenized_files(path, split)) for path in paths)
 
 
 def audit_tokenized(

@@ -34,9 +34,6 @@ class TokenizerInfo:
     def decode(self, token_ids) -> str:
         return self.tokenizer.decode(list(map(int, token_ids)), skip_special_tokens=False)
 
-    def token_text(self, token_ids) -> list[str]:
-        return [self.decode([token]) for token in token_ids]
-
 
 def load_tokenizer(tokenizer: Any) -> TokenizerInfo:
     """Accept a tokenizer object or a path/name loadable by `AutoTokenizer`."""

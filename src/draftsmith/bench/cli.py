@@ -14,13 +14,16 @@ def bench(config, out: Path = Path("bench.json"), thinking: bool | None = None) 
     from rich.console import Console
 
     from draftsmith.bench.sweep import run_bench
+    from draftsmith.core.lock import lock_output_file
 
     if thinking is not None:
         config.chat_template_kwargs = {**config.chat_template_kwargs, "enable_thinking": thinking}
     console = Console(stderr=True)
-    result = run_bench(config, log=lambda message: console.print(f"[dim]draftsmith bench:[/] {message}", highlight=False))
-    result.render(console)
-    path = result.save(out)
+    # The output is checked (and held against a second bench) before the sweep, not after it.
+    with lock_output_file(out, "bench", flag="--out"):
+        result = run_bench(config, log=lambda message: console.print(f"[dim]draftsmith bench:[/] {message}", highlight=False))
+        result.render(console)
+        path = result.save(out)
     console.print(
         f"knee: concurrency {result.knee['concurrency']} at {result.knee['output_tokens_per_s']:,.0f} output tok/s; "
         f"wrote {path}", highlight=False,
@@ -31,7 +34,7 @@ def bench(config, out: Path = Path("bench.json"), thinking: bool | None = None) 
 
 
 def register(app: typer.Typer) -> None:
-    from draftsmith.bench.sweep import BenchConfig
+    from draftsmith.bench.config import BenchConfig
 
     config_command(app, "bench", BenchConfig, bench, extras={
         "out": (Path, typer.Option(Path("bench.json"), "--out", "-o", help="Where to write the JSON for `plan`.")),

@@ -14,19 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Any, Callable
+from typing import Any, Callable
 
-from pydantic import ConfigDict, Field
-from pydantic.dataclasses import dataclass as config_dataclass
 
-from draftsmith.core.config import cli
+from draftsmith.bench.config import DEFAULT_CONCURRENCIES, BenchConfig
 from draftsmith.core.errors import DraftsmithError, InputError
+from draftsmith.core.io import write_json_atomic
 from draftsmith.core.redact import redact_url
 from draftsmith.client.chat import (
     ChatClient,
@@ -37,44 +35,6 @@ from draftsmith.client.chat import (
 )
 from draftsmith.data.prompts import load_prompts
 from draftsmith.core.asyncrun import run_async
-
-DEFAULT_CONCURRENCIES = (1, 8, 16, 32, 48, 64)
-
-
-@config_dataclass(config=ConfigDict(use_attribute_docstrings=True, extra="forbid"))
-class BenchConfig:
-    prompts: Annotated[list[str | Path] | str | Path, cli(positional=True)]
-    """Prompt files/dirs (as for generate): real prompts, real lengths."""
-    endpoint: Annotated[str, cli("--endpoint", "-e")] = "http://127.0.0.1:8000"
-    """ONE endpoint (= one GPU/server)."""
-    concurrencies: Annotated[tuple[Annotated[int, Field(ge=1)], ...], cli("--concurrency"), Field(min_length=1)] = (
-        DEFAULT_CONCURRENCIES
-    )
-    """Concurrency levels to sweep."""
-    requests_per_level: Annotated[int | None, cli("--requests"), Field(ge=1)] = None
-    """Requests measured per level; default ``max(min_requests, 4 * concurrency)``."""
-    min_requests: Annotated[int, Field(ge=1)] = 16
-    max_tokens: Annotated[int, Field(ge=1)] = 2048
-    temperature: float | None = 0.6
-    top_p: float | None = 0.95
-    chat_template_kwargs: dict[str, Any] = field(default_factory=lambda: {"enable_thinking": True})
-    """Extra chat_template_kwargs (JSON object or KEY=VALUE); --thinking sets enable_thinking."""
-    extra_body: dict[str, Any] = field(default_factory=dict)
-    stream: bool = True
-    """Stream (needed for TTFT)."""
-    split: str | None = None
-    """DatasetDict split of the prompts (default: train, else the only one)."""
-    model: str | None = None
-    """Model name (default: from /v1/models)."""
-    engine: str | None = None
-    """Engine name for the JSON; default: the ``owned_by`` of ``/v1/models`` (vllm, llamacpp, sglang...)."""
-    warmup: bool = True
-    knee_tolerance: Annotated[float, Field(ge=0, le=1)] = 0.1
-    """Knee: the first level within this share of the best throughput."""
-    timeout_s: Annotated[float, cli("--timeout")] = 1800.0
-    seed: int = 0
-    api_key: Annotated[str | None, cli(envvar="OPENAI_API_KEY")] = None
-
 
 @dataclass
 class LevelResult:
@@ -115,10 +75,7 @@ class BenchResult:
         """Write the contract-3 JSON atomically."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(path.name + ".tmp")
-        temporary.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        os.replace(temporary, path)
-        return path
+        return write_json_atomic(path, self.to_dict())
 
     def render(self, console) -> None:
         from rich.table import Table

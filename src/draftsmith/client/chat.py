@@ -11,20 +11,25 @@ Errors are classified for the retry logic:
   (the dispatcher checks its health and requeues the request elsewhere);
 * ``HTTPStatusError`` with ``retryable`` True for 408, 409, 425, 429 and 5xx, False otherwise;
 * ``RequestTimeout``: no full answer within the request timeout (retryable);
-* ``ResponseFormatError``: a 200 answer that is not a chat completion (not retryable).
+* ``ResponseFormatError``: a 200 answer that is not a chat completion answer (not retryable): not
+  JSON, malformed fields, content null (in a turn without tool calls) or not text;
+* ``IncompleteResponse``: a 200 answer that never said how it finished (a stream cut off before
+  its ``finish_reason`` and ``[DONE]``, or no finish_reason at all): retryable, never an answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
-from draftsmith.core.redact import redact, redact_url
+from draftsmith.core.redact import check_endpoint_url, redact, redact_url
 from draftsmith.data.reasoning import extract_reasoning
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -59,14 +64,19 @@ class ResponseFormatError(ClientError):
     retryable = False
 
 
+class IncompleteResponse(ClientError):
+    """A 200 answer that ended before the engine said how it finished (a stream cut off before its
+    ``finish_reason`` chunk and ``[DONE]``): never an answer, retried like a dropped connection."""
+
+
 @dataclass
 class ChatResult:
-    """A parsed chat completion (streamed or not)."""
+    """A parsed chat completion (streamed or not); ``finish_reason`` is always the engine's."""
 
     content: str
     reasoning: str
     reasoning_source: str
-    finish_reason: str | None
+    finish_reason: str
     prompt_tokens: int | None
     completion_tokens: int | None
     reasoning_tokens: int | None
@@ -75,40 +85,251 @@ class ChatResult:
     model: str | None
     latency_s: float
     ttft_s: float | None = None
+    tool_calls: list[dict[str, Any]] | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
-def _usage_fields(usage: dict[str, Any] | None) -> tuple[int | None, int | None, int | None]:
-    if not usage:
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _count(value: Any) -> int | None:
+    """A usage count, or None for anything that is not a non-negative integer."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _usage_fields(usage: Any) -> tuple[int | None, int | None, int | None]:
+    if not isinstance(usage, dict):
         return None, None, None
-    details = usage.get("completion_tokens_details") or {}
-    return usage.get("prompt_tokens"), usage.get("completion_tokens"), details.get("reasoning_tokens")
+    details = usage.get("completion_tokens_details")
+    details = details if isinstance(details, dict) else {}
+    return _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")), _count(details.get("reasoning_tokens"))
+
+
+def _token_ids(value: Any, what: str) -> list[int] | None:
+    """Engine token ids as a list of ints (None when absent); anything else is a format error."""
+    if value is None or (isinstance(value, list) and not value):
+        return None
+    if isinstance(value, list) and all(isinstance(item, int) and not isinstance(item, bool) for item in value):
+        return list(value)
+    raise ResponseFormatError(f"{what} is not a list of token ids: {_shown(value)}")
+
+
+def _finish_reason(value: Any) -> str:
+    if value is None:
+        raise IncompleteResponse("the answer ended without a finish_reason (cut off?)")
+    if not isinstance(value, str) or not value:
+        raise ResponseFormatError(f"finish_reason {_shown(value)} is not a string")
+    return value
+
+
+def _answer(message: dict[str, Any], finish_reason: str) -> tuple[str, str, str, list[dict[str, Any]] | None]:
+    """``(reasoning, content, source, tool_calls)`` of an assistant message, which must be an answer
+    (`data.generated.incomplete_answer`'s rule): text content, null only in a turn that calls tools
+    or carries reasoning (then written as ""), text reasoning, a list of tool calls."""
+    calls = message.get("tool_calls") or None
+    if calls is not None and not (isinstance(calls, list) and all(isinstance(call, dict) for call in calls)):
+        raise ResponseFormatError(f"tool_calls is not a list of objects: {_shown(calls)}")
+    for key in ("reasoning_content", "reasoning"):
+        if message.get(key) is not None and not isinstance(message[key], str):
+            raise ResponseFormatError(f"{key} is a {type(message[key]).__name__}, not text")
+    content = message.get("content")
+    thought = any((message.get(key) or "").strip() for key in ("reasoning_content", "reasoning"))
+    if content is None and not calls and not thought:
+        raise ResponseFormatError(f"the answer's content is null (no text, no tool calls, no reasoning; "
+                                  f"finish_reason {finish_reason!r})")
+    if content is not None and not isinstance(content, str):
+        raise ResponseFormatError(f"the answer's content is a {type(content).__name__}, not text: {_shown(content)}")
+    reasoning, text, source = extract_reasoning({**message, "content": content or ""})
+    return reasoning, text, source, calls
 
 
 def parse_chat_response(body: Any, latency_s: float) -> ChatResult:
-    """Turn a non-streaming ``/v1/chat/completions`` body into a ``ChatResult``."""
-    try:
-        choice = body["choices"][0]
-        message = choice["message"]
-    except (KeyError, IndexError, TypeError):
-        raise ResponseFormatError(f"not a chat completion: {str(body)[:200]}") from None
-    reasoning, content, source = extract_reasoning(message)
+    """Turn a non-streaming ``/v1/chat/completions`` body into a ``ChatResult``.
+
+    Raises ``ResponseFormatError`` for a body that is not a chat completion answer (content null
+    or not text, malformed fields) and ``IncompleteResponse`` for one without a finish_reason.
+    """
+    choices = body.get("choices") if isinstance(body, dict) else None
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(message, dict):
+        raise ResponseFormatError(f"not a chat completion: {_shown(body)}")
+    finish_reason = _finish_reason(choice.get("finish_reason"))
+    reasoning, content, source, calls = _answer(message, finish_reason)
     prompt_tokens, completion_tokens, reasoning_tokens = _usage_fields(body.get("usage"))
     prompt_ids = body.get("prompt_token_ids") or choice.get("prompt_token_ids")
+    model = body.get("model")
     return ChatResult(
         content=content,
         reasoning=reasoning,
         reasoning_source=source,
-        finish_reason=choice.get("finish_reason"),
+        finish_reason=finish_reason,
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         reasoning_tokens=reasoning_tokens,
-        prompt_token_ids=list(prompt_ids) if prompt_ids else None,
-        completion_token_ids=list(choice["token_ids"]) if choice.get("token_ids") else None,
-        model=body.get("model"),
+        prompt_token_ids=_token_ids(prompt_ids, "prompt_token_ids"),
+        completion_token_ids=_token_ids(choice.get("token_ids"), "token_ids"),
+        model=model if isinstance(model, str) else None,
         latency_s=latency_s,
+        tool_calls=calls,
         raw=body,
     )
+
+
+def parse_chat_body(raw: bytes, latency_s: float) -> ChatResult:
+    """`parse_chat_response` of a raw response body (bytes that may not even be JSON)."""
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        raise ResponseFormatError(f"response is not JSON: {raw[:200]!r}") from None
+    return parse_chat_response(body, latency_s)
+
+
+class StreamParser:
+    """Accumulates the SSE lines of one streamed completion; `result` is the answer once the
+    stream said how it finished (a ``finish_reason`` chunk, then ``data: [DONE]``)."""
+
+    def __init__(self, start: float | None = None):
+        self.start = time.perf_counter() if start is None else start
+        self.content: list[str] = []
+        self.saw_content = False
+        self.reasoning: dict[str, list[str]] = {"reasoning_content": [], "reasoning": []}
+        self.completion_ids: list[int] = []
+        self.prompt_ids: list[int] | None = None
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.usage: Any = None
+        self.model: str | None = None
+        self.ttft: float | None = None
+        self.done = False
+
+    def feed(self, line: bytes) -> bool:
+        """Read one SSE line; True once ``[DONE]`` arrived (the caller stops reading)."""
+        if not line.startswith(b"data:"):
+            return False
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            self.done = True
+            return True
+        try:
+            chunk = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            raise ResponseFormatError(f"bad SSE chunk: {data[:200]!r}") from None
+        if not isinstance(chunk, dict):
+            raise ResponseFormatError(f"bad SSE chunk: {data[:200]!r}")
+        if "error" in chunk and "choices" not in chunk:
+            error = chunk["error"]
+            message = error.get("message") if isinstance(error, dict) else error
+            raise HTTPStatusError(500, f"error while streaming: {_shown(message)}")
+        if isinstance(chunk.get("model"), str):
+            self.model = chunk["model"]
+        if chunk.get("prompt_token_ids"):
+            self.prompt_ids = _token_ids(chunk["prompt_token_ids"], "prompt_token_ids")
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list):
+            raise ResponseFormatError(f"bad SSE chunk: choices is not a list: {data[:200]!r}")
+        for choice in choices:
+            self._choice(choice)
+        return False
+
+    def _choice(self, choice: Any) -> None:
+        if not isinstance(choice, dict):
+            raise ResponseFormatError(f"bad SSE chunk: a choice is not an object: {_shown(choice)}")
+        delta = choice.get("delta")
+        delta = {} if delta is None else delta
+        if not isinstance(delta, dict):
+            raise ResponseFormatError(f"bad SSE chunk: a choice without a delta object: {_shown(choice)}")
+        piece = delta.get("content")
+        if piece is not None and not isinstance(piece, str):
+            raise ResponseFormatError(f"the answer's content is a {type(piece).__name__}, not text: {_shown(piece)}")
+        if piece is not None:
+            self.saw_content = True
+            self.content.append(piece)
+        for key, parts in self.reasoning.items():
+            value = delta.get(key)
+            if value is not None and not isinstance(value, str):
+                raise ResponseFormatError(f"{key} is a {type(value).__name__}, not text")
+            if value:
+                parts.append(value)
+        if self.ttft is None and (piece or delta.get("reasoning_content") or delta.get("reasoning")):
+            self.ttft = time.perf_counter() - self.start
+        self._tool_call_deltas(delta.get("tool_calls"))
+        self.completion_ids.extend(_token_ids(choice.get("token_ids"), "token_ids") or [])
+        if choice.get("prompt_token_ids"):
+            self.prompt_ids = _token_ids(choice["prompt_token_ids"], "prompt_token_ids")
+        if choice.get("finish_reason") is not None:
+            self.finish_reason = _finish_reason(choice["finish_reason"])
+
+    def _tool_call_deltas(self, deltas: Any) -> None:
+        """Merge streamed tool-call pieces by index (the arguments arrive in pieces)."""
+        if deltas is None:
+            return
+        if not isinstance(deltas, list) or not all(isinstance(item, dict) for item in deltas):
+            raise ResponseFormatError(f"tool_calls is not a list of objects: {_shown(deltas)}")
+        for item in deltas:
+            index = item.get("index", len(self.calls))
+            if not isinstance(index, int) or isinstance(index, bool):
+                raise ResponseFormatError(f"a tool call's index is not an integer: {_shown(item)}")
+            call = self.calls.setdefault(index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+            for key in ("id", "type"):
+                if isinstance(item.get(key), str):
+                    call[key] = item[key]
+            function = item.get("function")
+            if function is not None and not isinstance(function, dict):
+                raise ResponseFormatError(f"a tool call's function is not an object: {_shown(item)}")
+            for key in ("name", "arguments"):
+                value = (function or {}).get(key)
+                if value is not None and not isinstance(value, str):
+                    raise ResponseFormatError(f"a tool call's {key} is not text: {_shown(item)}")
+                call["function"][key] += value or ""
+
+    def result(self) -> ChatResult:
+        """The answer; ``IncompleteResponse`` when the stream ended before it said how it finished."""
+        if self.finish_reason is None or not self.done:
+            missing = " and ".join(
+                what for what, seen in (("a finish_reason", self.finish_reason), ("[DONE]", self.done)) if not seen
+            )
+            raise IncompleteResponse(f"the stream ended without {missing} (cut off after {len(self.content)} pieces)")
+        calls = [self.calls[index] for index in sorted(self.calls)] or None
+        message: dict[str, Any] = {"content": "".join(self.content) if self.saw_content else None, "tool_calls": calls}
+        for key, parts in self.reasoning.items():
+            if parts:
+                message[key] = "".join(parts)
+        reasoning, content, source, calls = _answer(message, self.finish_reason)
+        prompt_tokens, completion_tokens, reasoning_tokens = _usage_fields(self.usage)
+        return ChatResult(
+            content=content,
+            reasoning=reasoning,
+            reasoning_source=source,
+            finish_reason=self.finish_reason,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            reasoning_tokens=reasoning_tokens,
+            prompt_token_ids=self.prompt_ids,
+            completion_token_ids=self.completion_ids or None,
+            model=self.model,
+            latency_s=time.perf_counter() - self.start,
+            ttft_s=self.ttft,
+            tool_calls=calls,
+        )
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """A ``Retry-After`` header in seconds: a number, never negative (``inf`` kept: callers cap
+    it); None for anything else (an HTTP date, NaN, garbage)."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    if math.isnan(seconds):
+        return None
+    return max(0.0, seconds)
 
 
 def chat_payload(model: str, max_tokens: int, *, stream: bool = False, temperature: float | None = None,
@@ -145,7 +366,7 @@ def normalize_base_url(url: str) -> str:
         url = "http://" + url
     if url.endswith("/v1"):
         url = url[: -len("/v1")]
-    return url
+    return check_endpoint_url(url)  # a malformed URL is one line (its password never shown)
 
 
 async def _sse_lines(response: aiohttp.ClientResponse):
@@ -200,6 +421,10 @@ class ChatClient:
             await self._session.close()
             self._session = None
 
+    def _check_credentials(self, url: str) -> None:
+        parts = urlsplit(url)  # named as the user gave it: the endpoint, not the request's path
+        check_endpoint_url(f"{parts.scheme}://{parts.netloc}", api_key=self.headers.get("Authorization"))
+
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -208,6 +433,7 @@ class ChatClient:
 
     async def get_text(self, url: str, timeout_s: float = 5.0) -> tuple[int, str]:
         """GET ``url``; returns (status, body text). Raises ``EndpointConnectionError``."""
+        self._check_credentials(url)
         try:
             async with self.session.get(url, headers=self.headers, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
                 return response.status, (await response.read()).decode("utf-8", "replace")
@@ -229,6 +455,7 @@ class ChatClient:
         sends `Keep-Alive: timeout=5, max=100`); a request written into such a socket fails before
         any byte of an answer arrives, so sending it again cannot duplicate a completion.
         """
+        self._check_credentials(url)
         for attempt in range(STALE_CONNECTION_RETRIES + 1):
             try:
                 return await self.session.post(url, data=data, headers=self.headers)
@@ -250,12 +477,7 @@ class ChatClient:
                         message = json.loads(text)["error"]["message"]
                     except (ValueError, KeyError, TypeError):
                         pass
-                    retry_after = None
-                    if "Retry-After" in response.headers:
-                        try:
-                            retry_after = float(response.headers["Retry-After"])
-                        except ValueError:
-                            pass
+                    retry_after = parse_retry_after(response.headers.get("Retry-After"))
                     raise HTTPStatusError(response.status, str(message), retry_after)
                 if payload.get("stream"):
                     return await self._read_stream(response, start)
@@ -265,71 +487,13 @@ class ChatClient:
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError) as error:
             raise EndpointConnectionError(f"{redact_url(base_url)}: {type(error).__name__}: {redact(str(error))}") from None
         try:
-            body = json.loads(raw)
-        except json.JSONDecodeError:
-            raise ResponseFormatError(f"{redact_url(base_url)}: response is not JSON: {raw[:200]!r}") from None
-        return parse_chat_response(body, time.perf_counter() - start)
+            return parse_chat_body(raw, time.perf_counter() - start)
+        except ResponseFormatError as error:
+            raise ResponseFormatError(f"{redact_url(base_url)}: {error}") from None
 
     async def _read_stream(self, response: aiohttp.ClientResponse, start: float) -> ChatResult:
-        content: list[str] = []
-        reasoning: dict[str, list[str]] = {"reasoning_content": [], "reasoning": []}
-        completion_ids: list[int] = []
-        prompt_ids: list[int] | None = None
-        finish_reason = None
-        usage = None
-        model = None
-        ttft = None
+        parser = StreamParser(start)
         async for line in _sse_lines(response):
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
+            if parser.feed(line):
                 break
-            try:
-                chunk = json.loads(data)
-            except json.JSONDecodeError:
-                raise ResponseFormatError(f"bad SSE chunk: {data[:200]!r}") from None
-            if "error" in chunk and "choices" not in chunk:
-                message = chunk["error"].get("message") if isinstance(chunk["error"], dict) else chunk["error"]
-                raise HTTPStatusError(500, f"error while streaming: {message}")
-            model = chunk.get("model", model)
-            if chunk.get("prompt_token_ids"):
-                prompt_ids = list(chunk["prompt_token_ids"])
-            if chunk.get("usage"):
-                usage = chunk["usage"]
-            for choice in chunk.get("choices") or []:
-                delta = choice.get("delta") or {}
-                piece = delta.get("content")
-                if piece:
-                    content.append(piece)
-                for key in reasoning:
-                    if delta.get(key):
-                        reasoning[key].append(delta[key])
-                if ttft is None and (piece or delta.get("reasoning_content") or delta.get("reasoning")):
-                    ttft = time.perf_counter() - start
-                if choice.get("token_ids"):
-                    completion_ids.extend(choice["token_ids"])
-                if choice.get("prompt_token_ids"):
-                    prompt_ids = list(choice["prompt_token_ids"])
-                if choice.get("finish_reason"):
-                    finish_reason = choice["finish_reason"]
-        message = {"content": "".join(content)}
-        for key, parts in reasoning.items():
-            if parts:
-                message[key] = "".join(parts)
-        text_reasoning, text_content, source = extract_reasoning(message)
-        prompt_tokens, completion_tokens, reasoning_tokens = _usage_fields(usage)
-        return ChatResult(
-            content=text_content,
-            reasoning=text_reasoning,
-            reasoning_source=source,
-            finish_reason=finish_reason,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-            reasoning_tokens=reasoning_tokens,
-            prompt_token_ids=prompt_ids,
-            completion_token_ids=completion_ids or None,
-            model=model,
-            latency_s=time.perf_counter() - start,
-            ttft_s=ttft,
-        )
+        return parser.result()

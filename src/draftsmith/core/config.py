@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import math
 import tomllib
 import types
 import typing
@@ -32,6 +33,24 @@ from pydantic import BaseModel, BeforeValidator, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from draftsmith.core.errors import InputError
+
+
+def _flags_show_no_value_type() -> None:
+    """typer's rich help prints a value type beside every flag (`--help <bool>`, `--json <bool>`),
+    though a flag takes no value; click's plain help leaves it out, and so do we."""
+    option = typer.core.TyperOption
+    if getattr(option.display_type_rich, "draftsmith_flags", False):
+        return
+    shown = option.display_type_rich
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag or self.count else shown(self, ctx)
+
+    display_type_rich.draftsmith_flags = True
+    option.display_type_rich = display_type_rich
+
+
+_flags_show_no_value_type()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +67,8 @@ class Cli:
     envvar: str | None = None
     metavar: str | None = None
     help: str | None = None
+    panel: str | None = None
+    """The `--help` section this option is listed under (default: the model's `cli_panels`, else Options)."""
 
 
 def cli(*flags: str, **options: Any) -> Cli:
@@ -67,6 +88,24 @@ DTYPE_NAMES: dict[str, str] = {
     "float32": "float32",
     "float": "float32",
 }
+
+
+# Bytes per element of every dtype draftsmith sizes (hidden states on disk, memory plans); the
+# storage-only spellings (8-bit) are not training/serving dtypes, so they are not in DTYPE_NAMES.
+DTYPE_BYTES: dict[str, int] = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "float8_e5m2": 1, "int8": 1}
+STORAGE_DTYPE_NAMES: dict[str, str] = {
+    **{name: canonical for name, canonical in DTYPE_NAMES.items() if canonical != "auto"},
+    "float8": "float8_e4m3fn", "fp8": "float8_e4m3fn", "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
+    "int8": "int8",
+}
+
+
+def dtype_bytes(name: Any) -> int:
+    """Bytes per element of a dtype (any spelling in `STORAGE_DTYPE_NAMES`, ``torch.`` prefix allowed)."""
+    canonical = STORAGE_DTYPE_NAMES.get(str(name).strip().lower().removeprefix("torch."))
+    if canonical is None:
+        raise InputError(f"unknown dtype {name!r} (use bfloat16, float16, float32 or float8)")
+    return DTYPE_BYTES[canonical]
 
 
 def canonical_dtype(name: Any, *, allow_auto: bool = True) -> str:
@@ -140,7 +179,7 @@ class Option:
             return [json.dumps(default)] if default else None
         return default
 
-    def typer_param(self, panel: str | None = None) -> inspect.Parameter:
+    def typer_param(self) -> inspect.Parameter:
         help_text = self.spec.help or self.info.description or ""
         if self.info.is_required():
             help_text = f"{help_text} [required]".strip()
@@ -161,7 +200,7 @@ class Option:
             extra["metavar"] = self.spec.metavar
         if self.spec.positional:
             extra["metavar"] = self.flag
-            info = typer.Argument(None, help=help_text, show_default=False, rich_help_panel=panel, **extra)
+            info = typer.Argument(None, help=help_text, show_default=False, **extra)
         else:
             names = self.spec.flags or (
                 f"--{'-'.join(self.path).replace('_', '-')}" + (
@@ -174,7 +213,7 @@ class Option:
                 help=help_text,
                 show_default=self.kind != "bool",
                 envvar=self.spec.envvar,
-                rich_help_panel=panel,
+                rich_help_panel=self.spec.panel,
                 **extra,
             )
         return inspect.Parameter(
@@ -186,7 +225,8 @@ class Option:
         if self.kind == "list":
             items = value if isinstance(value, (list, tuple)) else [value]
             if self.spec.split:
-                items = [part.strip() for item in items for part in (item.split(",") if isinstance(item, str) else [item])]
+                items = [part.strip() if isinstance(part, str) else part
+                         for item in items for part in (item.split(",") if isinstance(item, str) else [item])]
                 items = [item for item in items if item != ""]
             return list(items)
         if self.kind == "dict":
@@ -252,8 +292,22 @@ def _unwrap(annotation: Any) -> tuple[Any, list[Any]]:
     return annotation, metadata
 
 
+def _panels_of(model: type) -> dict[str, str]:
+    """Field name -> `--help` section, from the model's optional ``cli_panels = {"Section": ("field", ...)}``."""
+    declared = getattr(model, "cli_panels", None) or {}
+    fields = _fields(model)
+    panels = {}
+    for panel, names in declared.items():
+        for name in names:
+            if name not in fields:
+                raise TypeError(f"{model.__name__}.cli_panels[{panel!r}] names {name!r}, which is not a field")
+            panels[name] = panel
+    return panels
+
+
 def options_of(model: type, prefix: tuple[str, ...] = ()) -> Iterator[Option]:
     """The command-line options of a config model, nested models flattened."""
+    panels = _panels_of(model)
     for name, info in _fields(model).items():
         annotation, metadata = _unwrap(info.annotation)
         metadata = [*metadata, *info.metadata]
@@ -263,6 +317,8 @@ def options_of(model: type, prefix: tuple[str, ...] = ()) -> Iterator[Option]:
         base = _strip_optional(annotation)
         base, more = _unwrap(base)
         spec = next((item for item in reversed(more) if isinstance(item, Cli)), spec)
+        if spec.panel is None and name in panels:
+            spec = dataclasses.replace(spec, panel=panels[name])
         path = (*prefix, name)
         if _is_model(base):
             yield from options_of(base, path)
@@ -290,7 +346,11 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such config file")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = path.read_bytes()[: error.start].count(b"\n") + 1
+        raise InputError(f"{path}:{line}: not valid UTF-8 (byte 0x{error.object[error.start]:02x}); save the file as UTF-8") from None
     suffix = path.suffix.lower()
     try:
         if suffix == ".toml":
@@ -335,6 +395,101 @@ def _validate(model: type, data: dict[str, Any]) -> Any:
     return TypeAdapter(model).validate_python(data)
 
 
+# ---- the one number rule ----------------------------------------------------------------------------
+# Every stage's numbers pass here: a NaN or an infinity is never a setting (it would land in
+# manifest.json, and the same command could then never resume), a boolean is not a number
+# (`max_tokens: true` is a typo, not 1), and a sampling temperature is never negative.
+
+
+def _members(annotation: Any) -> tuple[Any, ...]:
+    annotation, _ = _unwrap(annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return tuple(member for arg in typing.get_args(annotation) for member in _members(arg))
+    return (annotation,)
+
+
+def _is_number_type(annotation: Any) -> bool:
+    members = _members(annotation)
+    return bool(bool not in members and {int, float} & set(members))
+
+
+def _element_type(annotation: Any) -> Any | None:
+    """The item type of a list/tuple field (``tuple[int, ...]``), if every member agrees on one."""
+    for member in _members(annotation):
+        if typing.get_origin(member) in (list, tuple, set, frozenset):
+            args = [arg for arg in typing.get_args(member) if arg is not Ellipsis]
+            if args:
+                return args[0]
+    return None
+
+
+def _reject_bools(model: type, data: Mapping[str, Any], name_of: Callable[[tuple], str | None], prefix: tuple = ()) -> None:
+    """A JSON/YAML/TOML or Python ``true`` given where a number goes is refused, not read as 1."""
+    fields = getattr(model, "__pydantic_fields__", None) or {}
+    for name, info in fields.items():
+        if name not in data:
+            continue
+        value, path = data[name], (*prefix, name)
+        nested = next((member for member in _members(info.annotation) if _is_model(member)), None)
+        if nested is not None and isinstance(value, Mapping):
+            _reject_bools(nested, value, name_of, path)
+            continue
+        element = _element_type(info.annotation)
+        items = value if element is not None and isinstance(value, (list, tuple)) else None
+        if isinstance(value, bool) and _is_number_type(info.annotation) or (
+            items is not None and _is_number_type(element) and any(isinstance(item, bool) for item in items)
+        ):
+            where = name_of(path) or f"--{'-'.join(path).replace('_', '-')}"
+            raise InputError(f"{where}: expected a number, got a boolean ({json.dumps(value)})")
+
+
+def _number_problem(name: str, value: float) -> str | None:
+    if not math.isfinite(value):
+        return f"must be a finite number (got {value})"
+    if name.endswith("temperature") and value < 0:
+        return f"a temperature must be >= 0 (got {value})"
+    return None
+
+
+def _walk_numbers(value: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], str]]:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, float):
+        problem = _number_problem(path[-1] if path else "", value)
+        if problem:
+            yield path, problem
+    elif isinstance(value, BaseModel) or dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for name in getattr(type(value), "__pydantic_fields__", None) or {f.name: f for f in dataclasses.fields(value)}:
+            yield from _walk_numbers(getattr(value, name, None), (*path, name))
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _walk_numbers(item, (*path, str(key)))
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for item in value:
+            yield from _walk_numbers(item, path)
+
+
+def check_numbers(config: Any, name_of: Callable[[tuple], str | None] | None = None) -> Any:
+    """Refuse a built config (any stage's) holding a NaN/inf, or a negative temperature; returns it.
+
+    Called by `build_config` and `validate_config`; a stage's Python API may call it on a config
+    built directly."""
+    for path, problem in _walk_numbers(config, ()):
+        where = (name_of(path) if name_of else None) or f"--{'-'.join(path[:1]).replace('_', '-')}" + (
+            "." + ".".join(path[1:]) if len(path) > 1 else "")
+        raise InputError(f"{where}: {problem}")
+    return config
+
+
+def _validate_numbers(model: type, data: dict[str, Any], name_of: Callable[[tuple], str | None]) -> Any:
+    _reject_bools(model, data, name_of)
+    try:
+        config = _validate(model, data)
+    except ValidationError as error:
+        raise InputError(describe_validation_error(error, name_of)) from None
+    return check_numbers(config, name_of)
+
+
 def describe_validation_error(error: ValidationError, name_of: Callable[[tuple], str | None] | None = None) -> str:
     """One line: ``--lr: Input should be greater than 0; --dtype must be one of ...``."""
     problems = []
@@ -363,10 +518,7 @@ def validate_config(model: type, data: Mapping[str, Any], flags: Mapping[str, st
     def name_of(loc: tuple) -> str | None:
         return (flags or {}).get(loc[0]) or f"--{loc[0].replace('_', '-')}" if loc else None
 
-    try:
-        return _validate(model, dict(data))
-    except ValidationError as error:
-        raise InputError(describe_validation_error(error, name_of)) from None
+    return _validate_numbers(model, dict(data), name_of)
 
 
 def build_config(
@@ -420,10 +572,7 @@ def build_config(
                     return option.flag
         return None
 
-    try:
-        return _validate(model, data)
-    except ValidationError as error:
-        raise InputError(describe_validation_error(error, name_of)) from None
+    return _validate_numbers(model, data, name_of)
 
 
 # ---- typer commands -------------------------------------------------------------------------------
@@ -448,9 +597,7 @@ def config_command(
     """
     options = list(options_of(model))
     extras = dict(extras or {})
-    # A model may group its flags in `--help`: `help_panels: ClassVar[dict[str, str]]` (field -> panel title).
-    panels = getattr(model, "help_panels", None) or {}
-    parameters = [option.typer_param(panels.get(option.path[0])) for option in options]
+    parameters = [option.typer_param() for option in options]
     parameters.append(
         inspect.Parameter(
             "config_file",

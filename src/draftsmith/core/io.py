@@ -8,13 +8,29 @@ flushed, so a power cut after return cannot bring back the old file or leave an 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from draftsmith.core.errors import InputError
+from draftsmith.core.errors import DraftsmithError, InputError
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class DiskFullError(DraftsmithError):
+    """The file system ran out of space (or quota) while writing: one line, exit 2."""
+
+
+def disk_full(error: OSError, path: str | Path | None = None) -> DiskFullError:
+    where = path or error.filename
+    return DiskFullError(
+        (f"{where}: " if where else "") + "the disk is full (no space left on device); free some space "
+        "and rerun the same command (what was written before is kept)"
+    )
 
 
 def read_json_file(path: Path, what: str) -> Any:
@@ -80,11 +96,13 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     temporary = temporary_name(path)
     try:
         yield temporary
-    except BaseException:
+        publish(temporary, path)
+    except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             temporary.unlink()
+        if isinstance(error, OSError) and error.errno in DISK_FULL:
+            raise disk_full(error, path) from None
         raise
-    publish(temporary, path)
 
 
 def write_atomic(path: str | Path, data: str | bytes, encoding: str = "utf-8") -> Path:
@@ -95,6 +113,23 @@ def write_atomic(path: str | Path, data: str | bytes, encoding: str = "utf-8") -
     return Path(path)
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every NaN/infinity replaced by None, so it can be written as strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(item) for item in value]
+    return value
+
+
+def dumps_json(payload: Any, indent: int | None = 2, **options: Any) -> str:
+    """Strict JSON (RFC 8259: no NaN or Infinity, which most readers reject): a non-finite number
+    is written as null. Every JSON file and `--json` output goes through here."""
+    return json.dumps(finite(payload), indent=indent, allow_nan=False, **options)
+
+
 def write_json_atomic(path: str | Path, payload: Any, indent: int | None = 2) -> Path:
-    """``payload`` as JSON (with a final newline), written with `write_atomic`."""
-    return write_atomic(path, json.dumps(payload, indent=indent) + "\n")
+    """``payload`` as strict JSON (with a final newline), written with `write_atomic`."""
+    return write_atomic(path, dumps_json(payload, indent=indent) + "\n")

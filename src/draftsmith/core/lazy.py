@@ -23,3 +23,13 @@ def lazy_exports(package: str, homes: dict[str, str]) -> tuple[Callable[[str], A
         return getattr(importlib.import_module(home if "." in home else f"{package}.{home}"), name)
 
     return __getattr__, sorted(homes)
+
+
+def require_optional(module: str, flag: str, extra: str) -> None:
+    """Refuse an option whose optional package is missing before any work starts, naming the extra."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        from draftsmith.core.errors import InputError
+
+        raise InputError(f"{flag} needs the {module} package, which is not installed: pip install 'draftsmith[{extra}]'")

@@ -4,12 +4,20 @@ A stage that writes a directory holds an exclusive ``flock`` on ``DIR/.draftsmit
 run, with its pid and host recorded in the file. A second writer is refused with one line naming the
 holder. The kernel drops a flock when its process dies, so a crashed run never blocks the next one;
 the pid it left in the file tells the next run that it is taking over, and it says so on stderr.
+
+A directory also belongs to ONE stage: the first stage that locks it records itself in
+``DIR/.draftsmith-owner`` (created atomically, never rewritten), and any other stage that tries to
+lock it is refused with one line naming the directory, its owner and the fix -- so tokenize can never
+write into a generate directory, nor train into its own tokenized data. A directory written before
+the record existed is recognised by what it holds (its ``manifest.json``'s stage, or a stage's own
+files), so it still resumes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import socket
 import sys
@@ -20,6 +28,83 @@ from draftsmith.core.errors import InputError
 from draftsmith.core.paths import require_output_dir
 
 LOCK_NAME = ".draftsmith.lock"
+OWNER_NAME = ".draftsmith-owner"
+
+# How a directory written before the owner record existed shows its stage (first match wins).
+_LEGACY_FILES = (
+    (".draftsmith-demo", "demo"),
+    ("tokenize_summary.json", "tokenize"),
+    ("generated-*.jsonl", "generate"),
+    ("features-*.safetensors", "extract"),
+    ("checkpoints", "train"),
+    ("train_log.jsonl", "train"),
+    ("train_summary.json", "train"),
+)
+
+
+def _legacy_owner(directory: Path) -> str | None:
+    try:
+        manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        manifest = None
+    if isinstance(manifest, dict) and isinstance(manifest.get("stage"), str) and manifest["stage"]:
+        return manifest["stage"].split()[0]
+    for pattern, stage in _LEGACY_FILES:
+        if next(iter(directory.glob(pattern)), None) is not None:
+            return stage
+    return None
+
+
+def directory_owner(directory: str | Path) -> str | None:
+    """The stage an output directory belongs to (None: nobody has claimed it yet)."""
+    directory = Path(directory)
+    try:
+        record = json.loads((directory / OWNER_NAME).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return _legacy_owner(directory) if directory.is_dir() else None
+    except (OSError, ValueError):
+        raise InputError(f"{directory / OWNER_NAME}: unreadable owner record; delete it if this directory is yours") from None
+    stage = record.get("stage") if isinstance(record, dict) else None
+    if not isinstance(stage, str) or not stage:
+        raise InputError(f"{directory / OWNER_NAME}: not a draftsmith owner record; delete it if this directory is yours")
+    return stage
+
+
+def _refuse(directory: Path, owner: str, stage: str) -> InputError:
+    return InputError(
+        f"{directory}: belongs to `{owner}` (it is that stage's output directory); `{stage}` writes only a "
+        f"directory of its own: give {stage} a new output directory"
+    )
+
+
+def check_owner(directory: str | Path, stage: str) -> None:
+    """Refuse `stage` writing `directory` when another stage owns it."""
+    directory = Path(directory)
+    owner = directory_owner(directory)
+    if owner is not None and owner != stage:
+        raise _refuse(directory, owner, stage)
+
+
+def claim_directory(directory: str | Path, stage: str) -> None:
+    """Record `stage` as the owner of the (existing) `directory`, or refuse if another stage owns it.
+
+    The record is linked into place, so of two stages claiming one new directory at once exactly one
+    wins and the other is refused.
+    """
+    directory = Path(directory)
+    check_owner(directory, stage)
+    path = directory / OWNER_NAME
+    if path.exists():
+        return
+    temporary = directory / f".{OWNER_NAME}.{os.getpid()}.tmp"
+    temporary.write_text(json.dumps({"stage": stage}) + "\n", encoding="utf-8")
+    try:
+        os.link(temporary, path)
+    except FileExistsError:
+        pass
+    finally:
+        temporary.unlink(missing_ok=True)
+    check_owner(directory, stage)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -43,16 +128,22 @@ class DirectoryLock:
     """Exclusive lock on an output directory (created if missing); a context manager."""
 
     def __init__(self, directory: str | Path, what: str = "draftsmith", *, lock_file: str | Path | None = None,
-                 log: Callable[[str], None] | None = None):
+                 log: Callable[[str], None] | None = None, stage: str | None = None, own: bool = True):
         self.directory = Path(directory)
         self.path = Path(lock_file) if lock_file is not None else self.directory / LOCK_NAME
         self.what = what
+        # The owning stage: the first word of `what` ("generate shard 0/2" -> generate) unless given;
+        # `own=False` locks without claiming (a lock for one output file, not a directory).
+        self.stage = stage or (what.split() or ["draftsmith"])[0]
+        self.own = own
         self.log = log or (lambda message: print(message, file=sys.stderr, flush=True))
         self._fd: int | None = None
 
     def acquire(self) -> DirectoryLock:
         require_output_dir(self.directory, "output directory")
         require_output_dir(self.path.parent, "lock directory")
+        if self.own and self.directory.is_dir():
+            check_owner(self.directory, self.stage)  # before even the lock file is made in there
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -65,6 +156,13 @@ class DirectoryLock:
                 f"{self.directory}: already being written by {holder}; wait for it to finish or stop it "
                 f"(lock {self.path})"
             ) from None
+        if self.own and self.directory.is_dir():
+            try:  # another stage's directory is refused before this run touches anything in it
+                check_owner(self.directory, self.stage)
+            except BaseException:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+                raise
         previous = os.pread(fd, 4096, 0).decode("utf-8", "replace")
         pid, host, what = _holder(previous)
         if pid is not None and pid != os.getpid():
@@ -78,6 +176,15 @@ class DirectoryLock:
         os.pwrite(fd, record, 0)
         os.fsync(fd)
         self._fd = fd
+        # A directory replaced as a whole at the end (its lock lives beside it, like export's) is
+        # claimed only once it is in place; every other one now, before the stage writes into it.
+        if self.own and self.path.parent == self.directory:
+            try:
+                if self.directory.is_dir():
+                    claim_directory(self.directory, self.stage)
+            except BaseException:
+                self.release()
+                raise
         return self
 
     def release(self) -> None:
@@ -93,13 +200,31 @@ class DirectoryLock:
     def __enter__(self) -> DirectoryLock:
         return self.acquire()
 
-    def __exit__(self, *exc) -> None:
-        self.release()
+    def __exit__(self, kind, *exc) -> None:
+        try:
+            # A directory made during the run (or renamed into place, like export's) is claimed at the end.
+            if kind is None and self.own and self.directory.is_dir():
+                claim_directory(self.directory, self.stage)
+        finally:
+            self.release()
 
 
 @contextlib.contextmanager
 def lock_directory(directory: str | Path, what: str = "draftsmith", **options) -> Iterator[DirectoryLock]:
     """``with lock_directory(out, "generate"):`` -- hold ``out`` exclusively for the block."""
     lock = DirectoryLock(directory, what, **options)
+    with lock:
+        yield lock
+
+
+@contextlib.contextmanager
+def lock_output_file(path: str | Path, what: str, *, flag: str = "--out", **options) -> Iterator[DirectoryLock]:
+    """Hold one output FILE (``bench.json``) against a second writer, and refuse a path that cannot be
+    that file (a directory, a file in place of its folder) before any work is done."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{flag} {path}: is a directory; {flag} names the file to write (e.g. {path / 'bench.json'})")
+    parent = require_output_dir(path.parent, flag)
+    lock = DirectoryLock(parent, what, lock_file=parent / f".{path.name}.draftsmith.lock", own=False, **options)
     with lock:
         yield lock

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from draftsmith.core.config import check_numbers
 from draftsmith.core.errors import InputError
 from draftsmith.core.io import read_json_file, write_json_atomic
 
@@ -59,6 +60,9 @@ def check_manifest(
     """
     directory = Path(directory)
     path = directory / MANIFEST_NAME
+    # The one number rule (core.config) for a config built in Python without the CLI: a NaN setting
+    # would make the manifest unreadable as JSON and the run impossible to resume.
+    check_numbers(settings, lambda loc: ".".join(loc) if loc else None)
     settings = _plain(settings)
     if path.exists():
         manifest = read_json_file(path, "run manifest")

@@ -18,19 +18,7 @@ from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.text import Text
 
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None or seconds != seconds or seconds == float("inf"):
-        return "--"
-    seconds = int(seconds)
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d{hours:02d}h"
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    return f"{minutes}m{secs:02d}s"
+from draftsmith.core.units import format_duration
 
 
 class Progress:
@@ -118,7 +106,7 @@ class Progress:
             parts.append(f"{token_rate:,.0f} {self.token_unit}/s")
         parts.append(f"{item_rate:,.1f} {self.unit}/s")
         if self.total is not None:
-            parts.append(f"ETA {format_duration(self.eta_s(item_rate, token_rate))}")
+            parts.append(f"ETA {format_duration(self.eta_s(item_rate, token_rate), compact=True)}")
         if self.failed:
             parts.append(f"failed {self.failed:,}")
         parts += [f"{key} {value}" for key, value in self.fields.items()]

@@ -39,3 +39,32 @@ def redact(text: str) -> str:
         return f"{match.group('scheme')}{match.group('user')}:{MASK}@"
 
     return _USERINFO_RE.sub(mask, text)
+
+
+def check_endpoint_url(url: str, what: str = "endpoint", api_key: str | None = None) -> str:
+    """`url` if it is a usable http(s) endpoint, else an `InputError` line that never shows its password.
+
+    An API key beside credentials in the URL is refused too: the client would have to choose which
+    one to send (the HTTP library refuses both at once).
+    """
+    from draftsmith.core.errors import InputError
+
+    shown = redact_url(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises for a port that is not a number in 0-65535
+        host = parts.hostname
+    except ValueError as error:
+        raise InputError(f"{what} {shown}: not a valid URL ({redact(str(error))})") from None
+    if parts.scheme not in ("http", "https"):
+        raise InputError(f"{what} {shown}: not an http:// or https:// URL")
+    if not host:
+        raise InputError(f"{what} {shown}: no host in the URL")
+    if port == 0:
+        raise InputError(f"{what} {shown}: port 0 is not a server's port")
+    if api_key and "@" in parts.netloc:
+        raise InputError(
+            f"{what} {shown}: the URL carries credentials and an API key is set too (--api-key or "
+            "OPENAI_API_KEY); give only one of them"
+        )
+    return url

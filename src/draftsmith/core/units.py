@@ -309,10 +309,18 @@ def format_bytes(value: float) -> str:
     return f"{int(value)} B"
 
 
-def format_duration(seconds: float) -> str:
-    """'16.5 days', '9.3 hours', '42 min', '12 s' — the unit a person would pick."""
-    if not math.isfinite(seconds):
-        return "never"
+def format_duration(seconds: float | None, *, compact: bool = False) -> str:
+    """The one duration formatter. '16.5 days', '9.3 hours', '42 min', '12 s' (the unit a person
+    would pick, for plans); ``compact`` is the fixed-width ETA of a progress line: '2d03h', '1h05m', '4m09s'."""
+    if seconds is None or not math.isfinite(seconds):
+        return "--" if compact else "never"
+    if compact:
+        days, rest = divmod(int(seconds), 86400)
+        hours, rest = divmod(rest, 3600)
+        minutes, secs = divmod(rest, 60)
+        if days:
+            return f"{days}d{hours:02d}h"
+        return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
     if seconds >= 2 * 86400:
         return f"{seconds / 86400:.1f} days"
     if seconds >= 2 * 3600:

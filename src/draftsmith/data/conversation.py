@@ -16,7 +16,8 @@ tool_response, ipython
 
 Each assistant turn's reasoning comes from ``reasoning_content``, ``reasoning`` or inline
 ``<think>`` through `data.reasoning.separate` and is kept as ``reasoning_content`` (absent when the
-turn has none). A row-level ``tools`` list is kept. The id is the row's ``id`` (a string or an
+turn has none). A ShareGPT ``function_call`` turn (the call as JSON text) becomes an assistant turn
+with ``tool_calls``. A row-level ``tools`` list is kept, also when stored as JSON text. The id is the row's ``id`` (a string or an
 integer) or else `content_hash_id` of the prompt: the messages before the final assistant turn,
 so a prompt and the rows generated from it share an id.
 
@@ -63,7 +64,8 @@ def content_hash_id(messages: list[dict[str, Any]]) -> str:
     canonical = json.dumps(
         [[m.get("role"), m.get("content")] for m in messages], ensure_ascii=False, separators=(",", ":")
     )
-    return "h" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:24]
+    # surrogatepass: the same bytes for every valid string, and no crash on a lone surrogate
+    return "h" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
 @dataclass
@@ -121,6 +123,8 @@ def _message(turn: Any, where: str, key: str, index: int) -> tuple[dict[str, Any
             f"{where}: {key}[{index}]: unknown speaker {speaker!r} (expected one of {', '.join(sorted(SPEAKERS))})"
         )
     content = turn.get("value") if sharegpt else turn.get("content")
+    if sharegpt and speaker.lower() == "function_call":
+        return _function_call_message(content, where, f"{key}[{index}]"), False
     try:
         message: dict[str, Any] = {"role": role, "content": text_of(content)}
         if role == "assistant":
@@ -141,6 +145,61 @@ def _message(turn: Any, where: str, key: str, index: int) -> tuple[dict[str, Any
         if turn.get(name) is not None:
             message[name] = turn[name]
     return message, unclosed
+
+
+def _function_call_message(value: Any, where: str, at: str) -> dict[str, Any]:
+    """A ShareGPT ``function_call`` turn (the call the model made, as JSON text: one call
+    ``{"name", "arguments"}`` or a list of them) as an assistant message with ``tool_calls``."""
+    calls = value
+    if isinstance(value, str):
+        try:
+            calls = json.loads(value)
+        except (json.JSONDecodeError, RecursionError):
+            raise InputError(f"{where}: {at}: a function_call turn must hold a JSON call {{\"name\", \"arguments\"}}, "
+                             f"got {value[:60]!r}") from None
+    if isinstance(calls, dict):
+        calls = [calls]
+    tool_calls = []
+    for call in calls if isinstance(calls, list) else [None]:
+        if isinstance(call, dict) and isinstance(call.get("function"), dict):
+            call = call["function"]  # already OpenAI-shaped
+        if not (isinstance(call, dict) and isinstance(call.get("name"), str) and call["name"]):
+            raise InputError(f"{where}: {at}: a function_call turn must hold a JSON call with a \"name\"")
+        arguments = call.get("arguments", call.get("parameters", {}))
+        if isinstance(arguments, str):  # OpenAI's form: the arguments as JSON text
+            try:
+                arguments = json.loads(arguments)
+            except (json.JSONDecodeError, RecursionError):
+                pass  # kept as the model wrote it
+        tool_calls.append({"type": "function", "function": {"name": call["name"], "arguments": arguments}})
+    if not tool_calls:
+        raise InputError(f"{where}: {at}: a function_call turn holds no call")
+    return {"role": "assistant", "content": "", "tool_calls": tool_calls}
+
+
+def _tools(value: Any, where: str) -> list[dict[str, Any]] | None:
+    """A row's ``tools``: a list of objects, or that list as JSON text (common in function-calling
+    datasets); empty means none."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, str):
+        if not value.strip():
+            return None
+        try:
+            value = json.loads(value)
+        except (json.JSONDecodeError, RecursionError) as error:
+            message = getattr(error, "msg", "nested too deeply")
+            raise InputError(
+                f"{where}: 'tools' must be a list of objects, or that list as JSON text; got a string "
+                f"that is not JSON ({message})"
+            ) from None
+        if isinstance(value, dict):
+            value = [value]
+    if value is None:
+        return None
+    if not (isinstance(value, list) and all(isinstance(tool, dict) for tool in value)):
+        raise InputError(f"{where}: 'tools' must be a list of objects (or that list as JSON text)")
+    return value or None
 
 
 def conversation_from_row(row: Any, where: str) -> Conversation:
@@ -165,9 +224,7 @@ def conversation_from_row(row: Any, where: str) -> Conversation:
     for index, turn in enumerate(turns):
         message, unclosed = _message(turn, where, key, index)
         messages.append(message)
-    tools = row.get("tools")
-    if tools is not None and not (isinstance(tools, list) and all(isinstance(tool, dict) for tool in tools)):
-        raise InputError(f"{where}: 'tools' must be a list of objects")
+    tools = _tools(row.get("tools"), where)
     raw_id = row.get("id")
     if isinstance(raw_id, bool) or not isinstance(raw_id, (str, int, type(None))):
         raise InputError(f"{where}: 'id' must be a string or an integer, got {type(raw_id).__name__}")
@@ -179,7 +236,7 @@ def conversation_from_row(row: Any, where: str) -> Conversation:
     else:
         row_id = str(raw_id)
     extra = {name: value for name, value in row.items() if name not in ("id", "messages", "conversations", "tools")}
-    return Conversation(row_id, messages, where, tools or None, unclosed and messages[-1]["role"] == "assistant", extra)
+    return Conversation(row_id, messages, where, tools, unclosed and messages[-1]["role"] == "assistant", extra)
 
 
 def parse_conversation(record: Record) -> Conversation:

@@ -75,9 +75,11 @@ def text_of(content: Any) -> str:
 
 
 def separate(message: dict[str, Any], content: str | None = None) -> Separated:
-    """The one rule: a non-empty reasoning field wins (a stray ``</think>`` in content is folded
-    into it); otherwise inline tags; otherwise an empty field still says "reasoning, empty".
-    `content`: the message's text when the caller already has it."""
+    """The one rule: a non-empty reasoning field wins and the content stays verbatim, literal
+    ``<think>``/``</think>`` included (as Qwen3's template keeps it when ``reasoning_content`` is
+    given: it is text the model wrote after its think block); otherwise inline tags; otherwise an
+    empty field still says "reasoning, empty". `content`: the message's text when the caller
+    already has it."""
     if content is None:
         content = text_of(message.get("content"))
     empty_field = None
@@ -90,10 +92,6 @@ def separate(message: dict[str, Any], content: str | None = None) -> Separated:
         if not value.strip():
             empty_field = empty_field or key
             continue
-        # A parser can still leave a stray closing tag in content; never keep it in the answer.
-        if THINK_CLOSE in content:
-            extra, content, _ = _split(content)
-            value = value + (extra or "")
         return Separated(value, content, key)
     reasoning, answer, unclosed = _split(content)
     if reasoning is not None:

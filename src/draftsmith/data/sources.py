@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,15 +44,48 @@ class Record:
     row: Any = None
     oversized: int | None = None
     """Bytes of a JSONL line over the row-size limit: it was measured and skipped, never read whole."""
+    columnar: bool = False
+    """From a Parquet/Arrow table, which gives every row every column: null there can mean absent."""
 
     def parse(self) -> Any:
         """The decoded row, or an `InputError` naming its file and line."""
         if self.line is None:
             return self.row
         try:
-            return json.loads(self.line)
+            row = json.loads(self.line)
         except json.JSONDecodeError as error:
             raise InputError(f"{self.where}: invalid JSON: {error.msg} at column {error.pos + 1}") from None
+        except RecursionError:
+            raise InputError(f"{self.where}: invalid JSON: nested too deeply") from None
+        if _SURROGATE_ESCAPE.search(self.line):
+            check_strings(row, self.where)
+        return row
+
+
+#: a JSON escape of a UTF-16 surrogate: valid only as a pair, so decoded strings must be checked
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_strings(value: Any, where: str, path: str = "") -> None:
+    """`InputError` for a string that is not text: a lone UTF-16 surrogate (``"\\ud800"`` in JSON
+    decodes to one) cannot be encoded, tokenized or written back."""
+    stack = [(value, path)]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, str):
+            bad = _LONE_SURROGATE.search(item)
+            if bad is not None:
+                field = f" in {at.lstrip('.')}" if at else ""
+                raise InputError(
+                    f"{where}: malformed string{field}: a lone UTF-16 surrogate {ascii(bad.group())} at "
+                    f"character {bad.start()} (text must be valid Unicode)"
+                )
+        elif isinstance(item, dict):
+            stack.extend((child, f"{at}.{key}") for key, child in item.items())
+            stack.extend((key, at) for key in item if isinstance(key, str))
+        elif isinstance(item, list):
+            stack.extend((child, f"{at}[{index}]") for index, child in enumerate(item))
 
 
 def suffix_of(path: Path) -> str:
@@ -127,13 +162,44 @@ def _walk(directory: Path, suffixes: tuple[str, ...], split: str | None) -> list
     return found
 
 
+def holds_dataset_dict(directory: Path) -> bool:
+    """Whether a folder is, or holds, a ``save_to_disk`` DatasetDict (what ``--split`` chooses in)."""
+    if (directory / "dataset_dict.json").is_file():
+        return True
+    if (directory / "state.json").is_file() or generated_row_files(directory):
+        return False
+    return any(
+        holds_dataset_dict(child) for child in sorted(directory.iterdir())
+        if child.is_dir() and not child.name.startswith((".", "_"))
+    )
+
+
+def _is_dataset_dict_input(item: str | Path) -> bool:
+    return Path(item).is_dir() and holds_dataset_dict(Path(item))
+
+
+def check_split(inputs: list[str | Path], split: str | None) -> None:
+    """A `split` is a choice among a DatasetDict's splits: an `InputError` when no input is one
+    (it would be silently ignored)."""
+    if split is None or any(_is_dataset_dict_input(item) for item in inputs):
+        return
+    if all(Path(item).exists() for item in inputs):  # else resolve names the missing path
+        names = ", ".join(str(item) for item in inputs) or "the input"
+        raise InputError(
+            f"{names}: --split {split!r} chooses a split of a DatasetDict (a datasets.save_to_disk "
+            "directory with splits), and no input is one; drop --split"
+        )
+
+
 def resolve(
     inputs: str | Path | Iterable[str | Path], split: str | None = None, suffixes: tuple[str, ...] = ROW_SUFFIXES
 ) -> list[Path]:
     """The data files behind `inputs`, in a stable order; an `InputError` for a missing path,
-    an unknown file kind or a folder without data."""
+    an unknown file kind, a folder without data, or a `split` when no input is a DatasetDict."""
     if isinstance(inputs, (str, Path)):
         inputs = [inputs]
+    inputs = list(inputs)
+    check_split(inputs, split)
     kinds = ", ".join(suffixes)
     files: list[Path] = []
     for item in inputs:
@@ -157,18 +223,42 @@ def resolve(
 # -- streaming -------------------------------------------------------------------------------------
 
 
-def _open_text(path: Path):
-    if path.name.lower().endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open("r", encoding="utf-8")
-
-
 def _is_json_array(path: Path) -> bool:
-    with _open_text(path) as handle:
-        head = handle.read(1)
-        while head and head.isspace():
-            head = handle.read(1)
-    return head == "["
+    """Whether a ``.json`` file holds one JSON array (else JSON Lines); read as bytes, so a file
+    that is not UTF-8 is reported where its rows are read, with its line."""
+    try:
+        with gzip.open(path, "rb") if path.name.lower().endswith(".gz") else path.open("rb") as handle:
+            head = handle.read(4096)
+            while head and not head.lstrip(b" \t\r\n\xef\xbb\xbf"):
+                head = handle.read(4096)
+    except (OSError, EOFError, zlib.error) as error:
+        raise InputError(f"{path}: cannot read ({error})") from None
+    return head.lstrip(b" \t\r\n\xef\xbb\xbf")[:1] == b"["
+
+
+def _json_array_rows(path: Path) -> tuple[list[Any], bool]:
+    """The rows of a JSON array file, and whether its strings need `check_strings` (it escapes a
+    surrogate), or a one-line `InputError` naming the file and line."""
+    try:
+        with gzip.open(path, "rb") if path.name.lower().endswith(".gz") else path.open("rb") as handle:
+            data = handle.read()
+    except (OSError, EOFError, zlib.error) as error:
+        raise InputError(f"{path}: cannot read ({error})") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        bad = data[error.start : error.start + 4]
+        raise InputError(f"{path}:{line}: not valid UTF-8 (byte {error.start} of the file: {bad!r}); JSON must be UTF-8") from None
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InputError(f"{path}:{error.lineno}: invalid JSON: {error.msg} at column {error.colno}") from None
+    except RecursionError:
+        raise InputError(f"{path}: invalid JSON: nested too deeply") from None
+    if not isinstance(rows, list):
+        raise InputError(f"{path}: expected a JSON array of rows")
+    return rows, _SURROGATE_ESCAPE.search(text) is not None
 
 
 class ArrowFile:
@@ -237,23 +327,31 @@ def iter_records(files: Iterable[Path], max_row_bytes: int | None = None) -> Ite
             index = 0
             for batch in table_batches(path):
                 for row in batch.to_pylist():
-                    yield Record(f"{path}: row {index}", row=row)
+                    yield Record(f"{path}: row {index}", row=row, columnar=True)
                     index += 1
         elif kind in JSON_SUFFIXES and _is_json_array(path):
-            try:
-                rows = json.loads(path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as error:
-                raise InputError(f"{path}:{error.lineno}: invalid JSON: {error.msg} at column {error.colno}") from None
-            except UnicodeDecodeError as error:
-                raise InputError(f"{path}: not valid UTF-8 (byte {error.start} of the file)") from None
+            rows, check = _json_array_rows(path)
             for index, row in enumerate(rows):
+                if check:
+                    check_strings(row, f"{path}: row {index}")
                 yield Record(f"{path}: row {index}", row=row)
         else:
-            for number, line in iter_lines(path, max_row_bytes):
-                if isinstance(line, OversizedLine):
-                    yield Record(f"{path}:{number}", oversized=line.size)
-                else:
-                    yield Record(f"{path}:{number}", line=line)
+            yield from _jsonl_records(path, max_row_bytes)
+
+
+def _jsonl_records(path: Path, max_row_bytes: int | None) -> Iterator[Record]:
+    lines = iter_lines(path, max_row_bytes)
+    while True:
+        try:
+            number, line = next(lines)
+        except StopIteration:
+            return
+        except (OSError, EOFError, zlib.error) as error:  # a corrupt or truncated .gz, a read error
+            raise InputError(f"{path}: cannot read ({error})") from None
+        if isinstance(line, OversizedLine):
+            yield Record(f"{path}:{number}", oversized=line.size)
+        else:
+            yield Record(f"{path}:{number}", line=line)
 
 
 def count_records(files: Iterable[Path]) -> int:
@@ -266,11 +364,14 @@ def count_records(files: Iterable[Path]) -> int:
         elif kind == ".arrow":
             total += sum(batch.num_rows for batch in ArrowFile(path).batches())
         elif kind in JSON_SUFFIXES and _is_json_array(path):
-            total += sum(1 for _ in iter_records([path]))
+            total += len(_json_array_rows(path)[0])
         else:
             # Bytes: counting must not fail on (or decode) what the reader reports line by line.
-            with gzip.open(path, "rb") if path.name.lower().endswith(".gz") else path.open("rb") as handle:
-                total += sum(1 for line in handle if line.strip())
+            try:
+                with gzip.open(path, "rb") if path.name.lower().endswith(".gz") else path.open("rb") as handle:
+                    total += sum(1 for line in handle if line.strip())
+            except (OSError, EOFError, zlib.error) as error:
+                raise InputError(f"{path}: cannot read ({error})") from None
     return total
 
 
@@ -278,9 +379,11 @@ def detect_kind(inputs: str | Path | Iterable[str | Path], split: str | None = N
     """``"tokenized"`` for contract-2 data (``input_ids`` column), ``"conversations"`` for rows."""
     if isinstance(inputs, (str, Path)):
         inputs = [inputs]
+    inputs = list(inputs)
+    check_split(inputs, split)
     kinds = set()
     for item in inputs:
-        for file in resolve(item, split)[:1]:
+        for file in resolve(item, split if _is_dataset_dict_input(item) else None)[:1]:
             if suffix_of(file) not in TABLE_SUFFIXES:
                 kinds.add("conversations")
                 continue

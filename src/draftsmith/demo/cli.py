@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import typer
 
 from draftsmith.core.config import config_command
+from draftsmith.core.io import dumps_json
 
 
 def demo(config, as_json: bool = False) -> None:
@@ -18,12 +18,12 @@ def demo(config, as_json: bool = False) -> None:
     console = Console(stderr=True)
     result = run_demo(config, log=lambda message: console.print(message, markup=False, highlight=False))
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        typer.echo(dumps_json(result.to_dict()))
         return
     table = Table(title="draftsmith demo (tiny default target)", show_header=False)
     table.add_row("regenerated samples", f"{result.generated:,} at {result.generate_tokens_per_s:,.0f} output tok/s")
     table.add_row("audit", result.audit_verdict)
-    table.add_row("plan: 914k samples at this rate", f"{result.plan_days_for_914k:,.1f} days")
+    table.add_row("plan: 914k samples x 2,500 tokens, 1 GPU at this rate", f"{result.plan_days_for_914k:,.1f} days")
     table.add_row("drafter training", f"loss {result.train_first_loss:.3f} -> {result.train_final_loss:.3f}, "
                                       f"{result.train_steps} steps, {result.train_seconds:.0f}s")
     table.add_row("acceptance length tau", f"{result.tau_trained:.2f} trained vs {result.tau_untrained:.2f} untrained")
@@ -34,7 +34,7 @@ def demo(config, as_json: bool = False) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    from draftsmith.demo.pipeline import DemoConfig
+    from draftsmith.demo.config import DemoConfig
 
     config_command(app, "demo", DemoConfig, demo, extras={
         "as_json": (bool, typer.Option(False, "--json", help="Print the result as JSON.")),

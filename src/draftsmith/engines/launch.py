@@ -15,17 +15,18 @@ a foreign server on the port or a timeout raises `EngineStartError` with the tai
 from __future__ import annotations
 
 import atexit
+import http.client
 import os
 import signal
 import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.request
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
-
-import httpx
 
 from draftsmith.engines.install import llama_server_binary, vllm_python
 from draftsmith.core.errors import DraftsmithError
@@ -204,28 +205,23 @@ class EngineServer:
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
-        with httpx.Client(timeout=2.0) as client:
-            while True:
-                code = self.process.poll() if self.process else None
-                if code is not None:
-                    raise EngineStartError(
-                        f"{self.kind} exited with code {code} while starting on port {self.port}; "
-                        f"log {self.log_path}:\n{self.log_tail()}"
-                    )
-                try:
-                    # llama-server answers 503 while loading; vLLM opens the port only when ready.
-                    if client.get(f"{self.base_url}/health").status_code == 200:
-                        if client.get(f"{self.api_url}/models").status_code == 200:
-                            self._check_owns_port()
-                            return
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise EngineStartError(
-                        f"{self.kind} was not ready on port {self.port} after "
-                        f"{self.startup_timeout_s:.0f} s; log {self.log_path}:\n{self.log_tail()}"
-                    )
-                time.sleep(0.2)
+        while True:
+            code = self.process.poll() if self.process else None
+            if code is not None:
+                raise EngineStartError(
+                    f"{self.kind} exited with code {code} while starting on port {self.port}; "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
+            # llama-server answers 503 while loading; vLLM opens the port only when ready.
+            if _http_status(f"{self.base_url}/health") == 200 and _http_status(f"{self.api_url}/models") == 200:
+                self._check_owns_port()
+                return
+            if time.monotonic() > deadline:
+                raise EngineStartError(
+                    f"{self.kind} was not ready on port {self.port} after "
+                    f"{self.startup_timeout_s:.0f} s; log {self.log_path}:\n{self.log_tail()}"
+                )
+            time.sleep(0.2)
 
     def _check_owns_port(self) -> None:
         # The engine runs in its own session (start_new_session), so its workers share the leader's sid.
@@ -420,3 +416,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
 
+
+def _http_status(url: str, timeout_s: float = 2.0) -> int | None:
+    """The status of a GET, or None while nothing answers (port closed, reset, timeout)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except (OSError, http.client.HTTPException):  # URLError, refused, reset, timeout, a half-open reply
+        return None

@@ -15,6 +15,8 @@ __getattr__, __all__ = lazy_exports(
         "LosslessnessError": "speculative",
         "PromptResult": "speculative",
         "evaluate_drafter": "speculative",
+        "check_greedy": "speculative",
+        "TIE_TOLERANCE": "speculative",
         "accept_probability": "speculative",
         "greedy_decode": "speculative",
         "sample_decode": "speculative",

@@ -3,11 +3,10 @@ process or on a live serving engine (`--endpoint`)."""
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 from draftsmith.core.config import config_command
+from draftsmith.core.io import dumps_json
 from draftsmith.evaluate.config import EvalConfig
 
 
@@ -34,7 +33,25 @@ def run_eval(config: EvalConfig, progress=None):
         block_size=config.block_size, limit=config.limit, enable_thinking=config.thinking,
         dtype=torch_dtype(config.dtype), strict=False, progress=progress,
         temperature=config.temperature, seed=config.seed, split=config.split,
+        device=resolve_device(config.device), tie_tolerance=config.tie_tolerance,
     )
+
+
+def resolve_device(name: str) -> str:
+    """`auto` -> cuda when torch sees a GPU, else cpu; a device torch cannot use here is one line."""
+    import torch
+
+    from draftsmith.core.errors import InputError
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    kind, _, index = name.partition(":")
+    backend = {"cuda": torch.cuda, "xpu": getattr(torch, "xpu", None), "mps": getattr(torch.backends, "mps", None)}.get(kind)
+    if backend is not None and not backend.is_available():
+        raise InputError(f"--device {name}: this torch ({torch.__version__}) sees no {kind} device")
+    if index and kind in ("cuda", "xpu") and int(index) >= backend.device_count():
+        raise InputError(f"--device {name}: only {backend.device_count()} {kind} devices here")
+    return name
 
 
 def evaluate(config: EvalConfig, as_json: bool = False) -> None:
@@ -43,9 +60,12 @@ def evaluate(config: EvalConfig, as_json: bool = False) -> None:
     from rich.console import Console
 
     from draftsmith.core.io import write_atomic
+    from draftsmith.core.lazy import require_optional
     from draftsmith.core.progress import Progress
     from draftsmith.evaluate.speculative import LosslessnessError, _mismatch_message
 
+    if config.plot is not None:
+        require_optional("matplotlib", "--plot", "plot")
     err = Console(stderr=True)
     with Progress("eval", unit="prompts", console=err) as bar:
         report = run_eval(config, progress=bar)
@@ -58,7 +78,7 @@ def evaluate(config: EvalConfig, as_json: bool = False) -> None:
         plot_eval_report(report, config.plot)
         err.print(f"plot written to {config.plot}")
     if as_json:
-        typer.echo(json.dumps(report.to_dict(), indent=2))
+        typer.echo(dumps_json(report.to_dict()))
     else:
         report.render(Console())
         typer.echo(report.verdict)

@@ -6,6 +6,7 @@ measures a live engine already serving the target with the drafter (see evaluate
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -30,15 +31,29 @@ class EvalConfig(BaseModel):
     split: str | None = Field(None, description="DatasetDict split of --prompts (default: train, else the only one)")
     block_size: int | None = Field(None, ge=2, description="draft block size (default: the drafter's)")
     thinking: bool | None = Field(None, description="pass enable_thinking to the chat template")
-    dtype: StorageDType = Field("float32", description="dtype of target and drafter: fp32 or bf16")
+    dtype: StorageDType = Field("float32", description="dtype of target and drafter: fp32, bf16 or fp16")
+    device: Annotated[str, cli(metavar="DEVICE")] = Field(
+        "auto", description="where target and drafter run: auto (cuda if present), cpu, cuda, cuda:N")
+    tie_tolerance: Annotated[float | None, cli(metavar="LOGITS")] = Field(
+        None, ge=0.0, allow_inf_nan=False,
+        description="greedy: a difference where the target's top-2 logit margin is at most this is a reported "
+        "near-tie, not a failure (default by dtype: fp32 0.001, fp16 0.125, bf16 0.5; 0 = exact)")
     temperature: float = Field(
-        0.0, ge=0.0, description="0: greedy, output must be token-identical; above 0: speculative sampling at this T")
+        0.0, ge=0.0, allow_inf_nan=False, description="0: greedy, output must be token-identical; above 0: speculative sampling at this T")
     seed: int = Field(0, description="sampling seed (temperature above 0)")
     out: Path | None = Field(None, description="also write the JSON report to this file")
     threads: int | None = Field(None, ge=1, description="torch CPU threads (1 is fastest for tiny models on busy machines)")
     plot: Annotated[Path | None, cli(metavar="FILE.png")] = Field(
         None, description="also draw the acceptance-length histogram and per-position acceptance to this PNG"
     )
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        value = value.strip().lower()
+        if not re.fullmatch(r"auto|cpu|mps|(cuda|xpu)(:\d+)?", value):
+            raise ValueError(f"must be auto, cpu, cuda, cuda:N, xpu or mps, got {value!r}")
+        return value
 
     @field_validator("plot")
     @classmethod

@@ -204,6 +204,10 @@ class EndpointReport:
     mismatched_prompts: list[str] = field(default_factory=list)
     prompt_ids: list[str] = field(default_factory=list)
     outputs: list[Any] = field(default_factory=list, repr=False)
+    # What the engine was asked: chat_template_kwargs sent with every request (None: none sent, so the
+    # engine's template default decided), and that as one phrase for people.
+    chat_template_kwargs: dict[str, Any] | None = None
+    thinking_mode: str = "enable_thinking not sent (the engine's chat template default)"
 
     kind: str = "draftsmith.eval.endpoint"
     version: int = 1
@@ -222,7 +226,7 @@ class EndpointReport:
             same = ", identical to baseline" if self.identical_to_baseline else (
                 f", DIFFERS from baseline for {len(self.mismatched_prompts)} prompts")
         return (f"engine tau {self.tau:.2f} over {self.num_drafts} verify steps ({self.source}), "
-                f"{self.tokens_per_s:.1f} tok/s{speed}{same}")
+                f"{self.tokens_per_s:.1f} tok/s{speed}{same}; {self.thinking_mode}")
 
     def render(self, console) -> None:
         from rich.table import Table
@@ -231,6 +235,7 @@ class EndpointReport:
         summary.add_row("acceptance length tau", f"{self.tau:.3f}  (from {self.source})")
         summary.add_row("prompts / new tokens / verify steps", f"{self.num_prompts} / {self.total_new_tokens} / {self.num_drafts}")
         summary.add_row("tokens/s", f"{self.tokens_per_s:.1f}")
+        summary.add_row("thinking mode", self.thinking_mode)
         if self.baseline_tokens_per_s is not None:
             summary.add_row("baseline tokens/s", f"{self.baseline_tokens_per_s:.1f}")
             summary.add_row("speed-up", f"{self.speedup:.2f}x")
@@ -390,7 +395,16 @@ async def evaluate_endpoint_async(
         mismatched_prompts=mismatched,
         prompt_ids=prompt_ids,
         outputs=run.outputs,
+        chat_template_kwargs=extra.get("chat_template_kwargs"),
+        thinking_mode=thinking_mode(enable_thinking),
     )
+
+
+def thinking_mode(enable_thinking: bool | None) -> str:
+    """How the measured requests set thinking: the drafter's acceptance depends on it."""
+    if enable_thinking is None:
+        return "enable_thinking not sent (the engine's chat template default)"
+    return f"enable_thinking={str(bool(enable_thinking)).lower()} sent in chat_template_kwargs"
 
 
 def evaluate_endpoint(endpoint: str, prompts, **options) -> EndpointReport:

@@ -1,21 +1,16 @@
-"""Real DFlash speculative decoding against plain greedy decoding of the same target.
+"""`draftsmith eval` in this process: real DFlash speculative decoding against plain decoding of
+the same target, on every prompt, with tau, the acceptance histogram, tokens/s and the
+losslessness check.
 
-One cycle (batch 1, greedy): the drafter sees the target features of every committed token (its KV
-cache holds the projected context; only the features of tokens committed since the last cycle are
-fed in), drafts a block [last committed token, MASK x (B-1)] in ONE forward, the target verifies
-the whole block in ONE forward on its KV cache, the longest prefix where draft == target argmax is
-accepted, plus the target's own next token (the "bonus"); both KV caches are cropped back to the
-committed length and the target features of the newly committed tokens become drafter context.
-
-Greedy verification makes the output identical to plain greedy decoding of the target, up to
-floating-point differences between a 1-token and a B-token forward. `evaluate_drafter` checks that
-token for token for every prompt and fails loudly when it does not hold.
+The decode loops themselves live in `draftsmith.model.speculative` (the trainer runs them at
+checkpoints too). Greedy verification makes the speculative output identical to plain greedy
+decoding of the target, up to floating-point differences between a 1-token and a B-token forward;
+`evaluate_drafter` checks that token for token for every prompt and fails loudly when it does not hold.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -23,30 +18,24 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import DynamicCache
 
 from draftsmith.core.errors import DraftsmithError, InputError
+from draftsmith.core.io import dumps_json
 from draftsmith.core.paths import require_dir
-from draftsmith.model import (
-    DFlashDraftModel,
-    LayerFeatureTap,
-    load_drafter,
-    target_embed_tokens,
-    target_lm_head,
+from draftsmith.evaluate.prompts import Prompt, prompt_from_row, read_prompts
+from draftsmith.model import DFlashDraftModel, load_drafter
+from draftsmith.model.speculative import (  # noqa: F401  (re-exported: draftsmith.evaluate's public names)
+    DecodeResult,
+    accept_probability,
+    default_stop_token_ids,
+    greedy_decode,
+    sample_decode,
+    speculative_decode,
 )
 
 
 class LosslessnessError(DraftsmithError):
     """Greedy speculative output differed from plain greedy target output."""
-
-
-@dataclass
-class DecodeResult:
-    tokens: list[int]
-    seconds: float
-    acceptance_lengths: list[int] = field(default_factory=list)
-    # Drafts matching the target per cycle, counted before cutting at a stop token, as vLLM counts.
-    accepted_drafts: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -60,6 +49,8 @@ class PromptResult:
     target_seconds: float
     identical: bool
     first_mismatch: int | None = None
+    # Greedy: positions where the outputs part at a near-tie of the target (see `check_greedy`).
+    near_ties: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -83,6 +74,12 @@ class EvalReport:
     # Counted like vLLM's /metrics: drafts that matched past a stop token count too.
     tau_engine_counting: float = 0.0
     per_position_acceptance_engine_counting: list[float] = field(default_factory=list)
+    # Greedy: the top-2 logit margin within which a difference is a near-tie (reported, not a failure).
+    tie_tolerance: float | None = None
+    near_ties: int = 0
+    near_tie_prompts: list[str] = field(default_factory=list)
+    device: str = "cpu"
+    dtype: str = "float32"
 
     kind: str = "draftsmith.eval"
     version: int = 1
@@ -93,7 +90,7 @@ class EvalReport:
         return data
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
+        return dumps_json(self.to_dict())
 
     @property
     def verdict(self) -> str:
@@ -101,6 +98,8 @@ class EvalReport:
             status = f"speculative sampling at T={self.temperature:g}"
         else:
             status = "lossless" if self.lossless else f"NOT LOSSLESS ({len(self.mismatched_prompts)} prompts differ)"
+            if self.near_ties:
+                status += f", {self.near_ties} near-ties within {self.tie_tolerance:g} logits"
         return (
             f"tau {self.tau:.2f} (block {self.block_size}) over {self.total_cycles} cycles, "
             f"{self.speculative_tokens_per_s:.1f} vs {self.target_tokens_per_s:.1f} tok/s "
@@ -122,6 +121,10 @@ class EvalReport:
             summary.add_row(
                 "lossless (greedy output identical)",
                 "yes" if self.lossless else f"[bold red]NO[/] — differs for {', '.join(self.mismatched_prompts[:5])}",
+            )
+            summary.add_row(
+                f"near-ties (top-2 margin <= {self.tie_tolerance:g})",
+                f"{self.near_ties} in {len(self.near_tie_prompts)} prompts (floating point, not counted as differences)",
             )
         console.print(summary)
         histogram = Table(title="accepted tokens per cycle")
@@ -148,208 +151,6 @@ def per_position_acceptance(histogram: dict[int, int], block_size: int) -> list[
     return [sum(count for length, count in histogram.items() if length >= k + 1) / total for k in range(1, block_size)]
 
 
-def _stop_set(stop_token_ids: Sequence[int] | None) -> set[int]:
-    return {int(t) for t in (stop_token_ids or [])}
-
-
-def _new_cache(config) -> DynamicCache:
-    return DynamicCache(config=config)
-
-
-def _cache_kwarg(model) -> str:
-    # transformers 5.24 renamed the forward argument `past_key_values` to `cache`.
-    import inspect
-
-    try:
-        parameters = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return "past_key_values"
-    return "cache" if "cache" in parameters else "past_key_values"
-
-
-def _crop(cache: DynamicCache, length: int) -> None:
-    excess = cache.get_seq_length() - length
-    if excess > 0:
-        cache.crop(-excess)
-
-
-@torch.inference_mode()
-def greedy_decode(
-    target, input_ids: torch.Tensor, max_new_tokens: int, stop_token_ids: Sequence[int] | None = None
-) -> DecodeResult:
-    """Plain greedy decoding with a KV cache, one target forward per token (the baseline)."""
-    return _plain_decode(target, input_ids, max_new_tokens, stop_token_ids, lambda logits: int(logits.argmax()))
-
-
-def _plain_decode(
-    target, input_ids: torch.Tensor, max_new_tokens: int, stop_token_ids: Sequence[int] | None,
-    choose: Callable[[torch.Tensor], int],
-) -> DecodeResult:
-    """One target forward per token with a KV cache; `choose` turns the last logits into the token."""
-    stops = _stop_set(stop_token_ids)
-    started = time.perf_counter()
-    cache = _new_cache(target.config)
-    cache_kwarg = _cache_kwarg(target)
-    prompt_len = input_ids.shape[1]
-    output = target(input_ids, use_cache=True, logits_to_keep=1, **{cache_kwarg: cache})
-    tokens: list[int] = []
-    while True:
-        tokens.append(choose(output.logits[0, -1]))
-        if tokens[-1] in stops or len(tokens) >= max_new_tokens:
-            break
-        position = torch.tensor([[prompt_len + len(tokens) - 1]], device=input_ids.device)
-        output = target(
-            torch.tensor([[tokens[-1]]], device=input_ids.device), position_ids=position, use_cache=True,
-            **{cache_kwarg: cache},
-        )
-    return DecodeResult(tokens, time.perf_counter() - started)
-
-
-def accept_probability(p_draft: torch.Tensor, q_draft: torch.Tensor) -> torch.Tensor:
-    """Speculative sampling's acceptance rule: keep draft x with probability min(1, p(x) / q(x))."""
-    return torch.clamp(p_draft / q_draft.clamp_min(torch.finfo(q_draft.dtype).tiny), max=1.0)
-
-
-def _residual_sample(p: torch.Tensor, q: torch.Tensor, generator: torch.Generator | None) -> int:
-    # After a rejection the token comes from norm(max(0, p - q)), which makes the overall output
-    # distribution exactly p. All mass in q below p can only vanish when p == q (then any p-sample does).
-    residual = (p - q).clamp_min(0)
-    total = residual.sum()
-    weights = residual / total if total > 0 else p
-    return int(torch.multinomial(weights, 1, generator=generator))
-
-
-def _sample(probabilities: torch.Tensor, generator: torch.Generator | None) -> int:
-    return int(torch.multinomial(probabilities, 1, generator=generator))
-
-
-@torch.inference_mode()
-def sample_decode(
-    target,
-    input_ids: torch.Tensor,
-    max_new_tokens: int,
-    stop_token_ids: Sequence[int] | None = None,
-    temperature: float = 1.0,
-    generator: torch.Generator | None = None,
-) -> DecodeResult:
-    """Plain sampling at `temperature` with a KV cache (the baseline for speculative sampling)."""
-    return _plain_decode(
-        target, input_ids, max_new_tokens, stop_token_ids,
-        lambda logits: _sample(torch.softmax(logits.float() / temperature, -1), generator),
-    )
-
-
-@torch.inference_mode()
-def speculative_decode(
-    target,
-    drafter: DFlashDraftModel,
-    input_ids: torch.Tensor,
-    max_new_tokens: int,
-    stop_token_ids: Sequence[int] | None = None,
-    block_size: int | None = None,
-    temperature: float = 0.0,
-    generator: torch.Generator | None = None,
-    accept_rule: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = accept_probability,
-) -> DecodeResult:
-    """DFlash speculative decoding; `acceptance_lengths` holds tokens committed per cycle.
-
-    `temperature` 0 verifies greedily (output identical to `greedy_decode`). Above 0 it is
-    speculative sampling: the drafter samples each draft token x from q = softmax(its logits / T),
-    the target keeps it with probability `accept_rule(p(x), q(x))` (min(1, p/q)), on the first
-    rejection resamples from norm(max(0, p - q)), and after a fully accepted block samples the bonus
-    token from p; the output is then distributed exactly as `sample_decode` at the same T.
-    """
-    if input_ids.shape[0] != 1:
-        raise ValueError(f"speculative_decode runs one sequence at a time; got a batch of {input_ids.shape[0]}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
-    stops = _stop_set(stop_token_ids)
-    block_size = int(block_size or drafter.block_size)
-    drafter_dtype = drafter.fc.weight.dtype
-    embed = target_embed_tokens(target)
-    lm_head = target_lm_head(target)
-    device = input_ids.device
-    sampling = temperature > 0
-
-    def probabilities(logits: torch.Tensor) -> torch.Tensor:
-        return torch.softmax(logits.float() / temperature, -1)
-
-    started = time.perf_counter()
-    target_cache = _new_cache(target.config)
-    drafter_cache = _new_cache(drafter.config)
-    cache_kwarg = _cache_kwarg(target)
-    prompt_len = input_ids.shape[1]
-    acceptance_lengths: list[int] = []
-    accepted_drafts: list[int] = []
-    with LayerFeatureTap(target, drafter.target_layer_ids) as tap:
-        output = target(input_ids, use_cache=True, logits_to_keep=1, **{cache_kwarg: target_cache})
-        first = output.logits[0, -1]
-        tokens = [_sample(probabilities(first), generator) if sampling else int(first.argmax())]
-        pending_context = tap.take()  # target features not yet in the drafter's cache
-
-        while tokens[-1] not in stops and len(tokens) < max_new_tokens:
-            anchor_position = prompt_len + len(tokens) - 1  # == committed length in the target cache
-            verify_size = min(block_size, max_new_tokens - len(tokens))
-            block = torch.full((1, verify_size), drafter.mask_token_id, dtype=torch.long, device=device)
-            block[0, 0] = tokens[-1]
-            draft_probs = None
-            if verify_size > 1:
-                context_len = pending_context.shape[1]
-                positions = torch.arange(anchor_position - context_len, anchor_position + verify_size, device=device)
-                hidden = drafter(
-                    position_ids=positions.unsqueeze(0),
-                    noise_embedding=embed(block).to(drafter_dtype),
-                    target_hidden=pending_context.to(drafter_dtype),
-                    past_key_values=drafter_cache,
-                    use_cache=True,
-                )
-                _crop(drafter_cache, anchor_position)  # keep context keys, drop this block's
-                draft_logits = drafter.compute_logits(hidden[:, 1:].to(lm_head.weight.dtype), lm_head)[0]
-                if sampling:
-                    draft_probs = probabilities(draft_logits)
-                    block[0, 1:] = torch.multinomial(draft_probs, 1, generator=generator)[:, 0]
-                else:
-                    block[0, 1:] = draft_logits.argmax(-1)
-
-            output = target(
-                block,
-                position_ids=torch.arange(anchor_position, anchor_position + verify_size, device=device).unsqueeze(0),
-                use_cache=True,
-                **{cache_kwarg: target_cache},
-            )
-            if sampling:
-                accepted, next_token = _verify_sampled(
-                    block[0, 1:], draft_probs, probabilities(output.logits[0]), generator, accept_rule
-                )
-            else:
-                predicted = output.logits[0].argmax(-1)
-                matches = (block[0, 1:] == predicted[:-1]).int()
-                accepted = int(matches.cumprod(0).sum()) if matches.numel() else 0
-                next_token = int(predicted[accepted])
-            new_tokens = block[0, 1 : accepted + 1].tolist() + [next_token]
-            for index, token in enumerate(new_tokens):
-                if token in stops:
-                    new_tokens = new_tokens[: index + 1]
-                    break
-            tokens.extend(new_tokens)
-            acceptance_lengths.append(len(new_tokens))
-            accepted_drafts.append(accepted)
-            committed = anchor_position + accepted + 1  # anchor + accepted drafts now hold valid target KV
-            _crop(target_cache, committed)
-            pending_context = tap.take()[:, : accepted + 1]
-    return DecodeResult(tokens[:max_new_tokens], time.perf_counter() - started, acceptance_lengths, accepted_drafts)
-
-
-def _verify_sampled(drafts, draft_probs, target_probs, generator, accept_rule) -> tuple[int, int]:
-    """(accepted drafts, the token after them) under speculative sampling; target_probs[j] scores drafts[j]."""
-    for j, token in enumerate(drafts.tolist()):
-        p, q = target_probs[j], draft_probs[j]
-        keep = float(accept_rule(p[token], q[token]))
-        if torch.rand((), generator=generator, device=p.device).item() >= keep:
-            return j, _residual_sample(p, q, generator)
-    return len(drafts), _sample(target_probs[len(drafts)], generator)
-
-
 def _first_mismatch(a: Sequence[int], b: Sequence[int]) -> int | None:
     for index, (x, y) in enumerate(zip(a, b)):
         if x != y:
@@ -367,14 +168,46 @@ def _encode(tokenizer, prompt, enable_thinking: bool | None) -> list[int]:
     return tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
 
 
-def default_stop_token_ids(target, tokenizer=None) -> list[int]:
-    """The target's end-of-turn ids: generation_config first (it lists every stop id), else the tokenizer's."""
-    eos = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
-    if eos is None and tokenizer is not None:
-        eos = tokenizer.eos_token_id
-    if eos is None:
-        return []
-    return [int(eos)] if isinstance(eos, int) else [int(t) for t in eos]
+# A greedy difference where the reference's top-2 logit margin is at most this, and the speculative
+# side took the reference's runner-up, is a near-tie: a 1-token decode and a B-token verify round
+# differently, so a correct drafter can flip it. float32 differs by ~1e-5 between the two; bf16
+# logits of 16-32 (where a Qwen-style target's top logits sit) are 0.125 apart, so 0.5 is four
+# bf16 steps of the logit itself plus the drift of a deep bf16 forward; fp16 has 8x finer steps.
+TIE_TOLERANCE = {"float32": 1e-3, "float16": 0.125, "bfloat16": 0.5}
+
+
+def default_tie_tolerance(dtype: torch.dtype) -> float:
+    return TIE_TOLERANCE.get(str(dtype).removeprefix("torch."), TIE_TOLERANCE["float32"])
+
+
+def check_greedy(
+    target, input_ids: torch.Tensor, reference: DecodeResult, tokens: Sequence[int], max_new_tokens: int,
+    stop_token_ids: Sequence[int], tolerance: float,
+) -> tuple[int | None, list[int]]:
+    """(first real difference or None, near-tie positions) of speculative `tokens` against the
+    greedy `reference`.
+
+    A difference at position i is a near-tie when the reference's top-2 margin there is within
+    `tolerance` and `tokens[i]` is the reference's runner-up; the reference is then continued
+    greedily from the speculative prefix and compared again, so every token is still checked.
+    """
+    near_ties: list[int] = []
+    offset = 0
+    while (mismatch := _first_mismatch(reference.tokens, tokens[offset:])) is not None:
+        position = offset + mismatch
+        near_tie = (
+            mismatch < len(reference.margins) and position < len(tokens)
+            and reference.margins[mismatch] <= tolerance and tokens[position] == reference.runners_up[mismatch]
+        )
+        if not near_tie:
+            return position, near_ties
+        near_ties.append(position)
+        offset = position + 1
+        if offset >= max_new_tokens or tokens[position] in stop_token_ids:
+            break
+        prefix = torch.cat([input_ids, torch.tensor([tokens[:offset]], device=input_ids.device)], dim=1)
+        reference = greedy_decode(target, prefix, max_new_tokens - offset, stop_token_ids)
+    return None, near_ties
 
 
 def evaluate_drafter(
@@ -392,23 +225,26 @@ def evaluate_drafter(
     temperature: float = 0.0,
     seed: int = 0,
     split: str | None = None,
+    device: str | torch.device | None = None,
+    tie_tolerance: float | None = None,
 ) -> EvalReport:
     """Speculative vs plain decoding on every prompt; tau, histogram, tokens/s, lossless check.
 
     `prompts` is a file (see `read_prompts`), a list of `Prompt`s / rows, or a list of token-id
-    lists. At temperature 0 (greedy) with `strict` (default) a non-identical output raises
-    `LosslessnessError` naming the prompts and the first differing position; otherwise the report
-    says so in `lossless`. Above 0 both sides sample (speculative sampling vs plain sampling, seeded
-    by `seed`); single outputs then differ by design and `lossless` is None.
+    lists. A target given as a directory loads straight to `device` (default cpu) in `dtype`; the
+    drafter moves to the target's device (and, loaded from a directory, to its dtype). At temperature 0 (greedy) with `strict`
+    (default) a real difference raises `LosslessnessError` naming the prompts and the first
+    differing position; otherwise the report says so in `lossless`. A difference at a near-tie of
+    the target (top-2 margin within `tie_tolerance`, default by dtype: `TIE_TOLERANCE`) is counted
+    in `near_ties`, not a failure. Above 0 both sides sample (speculative sampling vs plain
+    sampling, seeded by `seed`); single outputs then differ by design and `lossless` is None.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from draftsmith.evaluate.prompts import Prompt, prompt_from_row, read_prompts
-
     if max_new_tokens < 1:
         raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if temperature < 0:
-        raise InputError(f"temperature must be >= 0, got {temperature}")
+    if not 0 <= temperature < float("inf"):
+        raise InputError(f"temperature must be a finite number >= 0, got {temperature}")
+    if tie_tolerance is not None and not 0 <= tie_tolerance < float("inf"):
+        raise InputError(f"tie_tolerance must be >= 0, got {tie_tolerance}")
     if isinstance(prompts, (str, Path)):
         prompts = read_prompts(prompts, limit=limit, split=split)
     # Bad prompts or a broken drafter are reported before the target spends seconds loading.
@@ -416,18 +252,54 @@ def evaluate_drafter(
     if drafter_from_path:
         drafter = load_drafter(drafter)
     if isinstance(target, (str, Path)):
-        target_path = require_dir(target, "--target")
-        if not (target_path / "config.json").is_file():
-            raise InputError(f"{target_path}: not a model directory (no config.json)")
-        tokenizer = tokenizer or AutoTokenizer.from_pretrained(target_path)
-        target = AutoModelForCausalLM.from_pretrained(target_path, dtype=dtype)
+        target, tokenizer = _load_target(target, tokenizer, device or "cpu", dtype)
     target = target.eval()
-    if drafter_from_path:
-        drafter = drafter.to(next(target.parameters()).dtype)
-    drafter = drafter.eval()
+    first = next(target.parameters())
+    drafter = drafter.to(device=first.device, dtype=first.dtype if drafter_from_path else None).eval()
     _check_pair(target, drafter)
 
-    items: list[Any] = list(prompts)[:limit] if limit else list(prompts)
+    encoded = _encode_prompts(list(prompts)[:limit] if limit else list(prompts), tokenizer, enable_thinking)
+    run = _Run(
+        target, drafter, stops=default_stop_token_ids(target, tokenizer), block=int(block_size or drafter.block_size),
+        max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
+        tolerance=default_tie_tolerance(first.dtype) if tie_tolerance is None else tie_tolerance,
+    )
+    run.warm_up(encoded[0][1])
+    for done, (prompt_id, ids) in enumerate(encoded, start=1):
+        run.prompt(prompt_id, ids, done)
+        if progress is not None:
+            progress(done, len(encoded))
+    report = run.report()
+    if strict and report.mismatched_prompts:
+        raise LosslessnessError(_mismatch_message(report))
+    return report
+
+
+def _load_target(path: str | Path, tokenizer, device: str | torch.device, dtype: torch.dtype):
+    """(target, tokenizer) from a model directory, the weights loaded on `device` in `dtype`; an
+    unreadable weights file or config is one line naming the directory."""
+    from safetensors import SafetensorError
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target_path = require_dir(path, "--target")
+    if not (target_path / "config.json").is_file():
+        raise InputError(f"{target_path}: not a model directory (no config.json)")
+    device = torch.device(device)
+    tokenizer = tokenizer or AutoTokenizer.from_pretrained(target_path)
+    # TODO(model.target): load_target_model(target_path, device, dtype) once it is on main.
+    placement = {} if device.type == "cpu" else {"device_map": device}
+    try:
+        target = AutoModelForCausalLM.from_pretrained(target_path, dtype=dtype, **placement)
+    except SafetensorError as error:
+        raise InputError(f"{target_path}: cannot read the target's weights ({error})") from None
+    except (OSError, json.JSONDecodeError) as error:
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise InputError(f"{target_path}: cannot load the target ({first_line})") from None
+    return target, tokenizer
+
+
+def _encode_prompts(items: Sequence[Any], tokenizer, enable_thinking: bool | None) -> list[tuple[str, list[int]]]:
+    """(id, prompt token ids) per prompt: rows and `Prompt`s through the chat template, id lists as they are."""
     encoded: list[tuple[str, list[int]]] = []
     for index, item in enumerate(items):
         if isinstance(item, dict):
@@ -438,88 +310,115 @@ def evaluate_drafter(
             encoded.append((item.id, _encode(tokenizer, item, enable_thinking)))
         else:
             encoded.append((str(index), [int(t) for t in item]))
-    stops = default_stop_token_ids(target, tokenizer)
-    device = next(target.parameters()).device
-    block = int(block_size or drafter.block_size)
+    return encoded
 
-    # One short untimed pass of each decoder so first-call allocation does not skew the timings.
-    warm = torch.tensor([encoded[0][1]], device=device)
-    greedy_decode(target, warm, min(4, max_new_tokens), stops)
-    speculative_decode(target, drafter, warm, min(4, max_new_tokens), stops, block)
 
-    results: list[PromptResult] = []
-    histogram: Counter[int] = Counter()
-    raw_accepted = 0
-    accepted_at = [0] * (block - 1)  # cycles whose draft at position k+1 matched (before stop cuts)
-    spec_tokens = spec_seconds = target_tokens = target_seconds = 0.0
-    sampling = temperature > 0
-    for done, (prompt_id, ids) in enumerate(encoded, start=1):
-        input_ids = torch.tensor([ids], device=device)
-        if sampling:
-            plain = sample_decode(target, input_ids, max_new_tokens, stops, temperature,
-                                  torch.Generator(device=device).manual_seed(seed + done))
-            spec = speculative_decode(target, drafter, input_ids, max_new_tokens, stops, block, temperature=temperature,
-                                      generator=torch.Generator(device=device).manual_seed(seed + done))
+@dataclass
+class _Run:
+    """One eval: decodes each prompt both ways, checks greedy output, and tallies the report."""
+
+    target: Any
+    drafter: DFlashDraftModel
+    stops: list[int]
+    block: int
+    max_new_tokens: int
+    temperature: float
+    seed: int
+    tolerance: float
+    results: list[PromptResult] = field(default_factory=list)
+    histogram: Counter = field(default_factory=Counter)
+    accepted_at: list[int] = field(default_factory=list)  # cycles whose draft at position k+1 matched
+    raw_accepted: int = 0
+    spec_tokens: int = 0
+    spec_seconds: float = 0.0
+    target_tokens: int = 0
+    target_seconds: float = 0.0
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.target.parameters()).device
+
+    def warm_up(self, ids: list[int]) -> None:
+        """One short untimed pass of each decoder so first-call allocation does not skew the timings."""
+        warm = torch.tensor([ids], device=self.device)
+        greedy_decode(self.target, warm, min(4, self.max_new_tokens), self.stops)
+        speculative_decode(self.target, self.drafter, warm, min(4, self.max_new_tokens), self.stops, self.block)
+
+    def _generator(self, index: int) -> torch.Generator:
+        return torch.Generator(device=self.device).manual_seed(self.seed + index)
+
+    def prompt(self, prompt_id: str, ids: list[int], index: int) -> None:
+        input_ids = torch.tensor([ids], device=self.device)
+        near_ties: list[int] = []
+        if self.temperature > 0:
+            plain = sample_decode(self.target, input_ids, self.max_new_tokens, self.stops, self.temperature,
+                                  self._generator(index))
+            spec = speculative_decode(self.target, self.drafter, input_ids, self.max_new_tokens, self.stops, self.block,
+                                      temperature=self.temperature, generator=self._generator(index))
             mismatch = _first_mismatch(plain.tokens, spec.tokens)  # reported, but expected at T > 0
         else:
-            plain = greedy_decode(target, input_ids, max_new_tokens, stops)
-            spec = speculative_decode(target, drafter, input_ids, max_new_tokens, stops, block)
-            mismatch = _first_mismatch(plain.tokens, spec.tokens)
-        histogram.update(spec.acceptance_lengths)
-        raw_accepted += sum(spec.accepted_drafts)
+            plain = greedy_decode(self.target, input_ids, self.max_new_tokens, self.stops)
+            spec = speculative_decode(self.target, self.drafter, input_ids, self.max_new_tokens, self.stops, self.block)
+            mismatch, near_ties = check_greedy(
+                self.target, input_ids, plain, spec.tokens, self.max_new_tokens, self.stops, self.tolerance
+            )
+        self._tally(spec, plain)
+        cycles = len(spec.acceptance_lengths)
+        self.results.append(PromptResult(
+            id=prompt_id, prompt_tokens=len(ids), new_tokens=len(spec.tokens), cycles=cycles,
+            # The first token comes from prefill, not from a cycle.
+            tau=(sum(spec.acceptance_lengths) / cycles) if cycles else 0.0,
+            speculative_seconds=spec.seconds, target_seconds=plain.seconds,
+            identical=mismatch is None, first_mismatch=mismatch, near_ties=near_ties,
+        ))
+
+    def _tally(self, spec: DecodeResult, plain: DecodeResult) -> None:
+        if not self.accepted_at:
+            self.accepted_at = [0] * (self.block - 1)
+        self.histogram.update(spec.acceptance_lengths)
+        self.raw_accepted += sum(spec.accepted_drafts)
         for count in spec.accepted_drafts:
             for position in range(count):
-                accepted_at[position] += 1
-        spec_tokens += len(spec.tokens)
-        spec_seconds += spec.seconds
-        target_tokens += len(plain.tokens)
-        target_seconds += plain.seconds
-        cycles = len(spec.acceptance_lengths)
-        results.append(
-            PromptResult(
-                id=prompt_id,
-                prompt_tokens=len(ids),
-                new_tokens=len(spec.tokens),
-                cycles=cycles,
-                # The first token comes from prefill, not from a cycle.
-                tau=(sum(spec.acceptance_lengths) / cycles) if cycles else 0.0,
-                speculative_seconds=spec.seconds,
-                target_seconds=plain.seconds,
-                identical=mismatch is None,
-                first_mismatch=mismatch,
-            )
-        )
-        if progress is not None:
-            progress(done, len(encoded))
+                self.accepted_at[position] += 1
+        self.spec_tokens += len(spec.tokens)
+        self.spec_seconds += spec.seconds
+        self.target_tokens += len(plain.tokens)
+        self.target_seconds += plain.seconds
 
-    total_cycles = sum(histogram.values())
-    mismatched = [] if sampling else [r.id for r in results if not r.identical]
-    # Counted like vLLM's accepted_tokens_per_pos: a draft that matched counts even past a stop token.
-    per_position = [count / total_cycles if total_cycles else 0.0 for count in accepted_at]
-    spec_rate = spec_tokens / spec_seconds if spec_seconds else 0.0
-    target_rate = target_tokens / target_seconds if target_seconds else 0.0
-    report = EvalReport(
-        tau=(sum(k * v for k, v in histogram.items()) / total_cycles) if total_cycles else 0.0,
-        acceptance_histogram=dict(histogram),
-        block_size=block,
-        num_prompts=len(results),
-        total_new_tokens=int(spec_tokens),
-        total_cycles=total_cycles,
-        speculative_tokens_per_s=spec_rate,
-        target_tokens_per_s=target_rate,
-        speedup=spec_rate / target_rate if target_rate else 0.0,
-        lossless=None if sampling else not mismatched,
-        mismatched_prompts=mismatched,
-        max_new_tokens=max_new_tokens,
-        per_prompt=results,
-        temperature=temperature,
-        per_position_acceptance=per_position_acceptance(histogram, block),
-        tau_engine_counting=1 + raw_accepted / total_cycles if total_cycles else 0.0,
-        per_position_acceptance_engine_counting=per_position,
-    )
-    if strict and mismatched:
-        raise LosslessnessError(_mismatch_message(report))
-    return report
+    def report(self) -> EvalReport:
+        sampling = self.temperature > 0
+        total_cycles = sum(self.histogram.values())
+        mismatched = [] if sampling else [r.id for r in self.results if not r.identical]
+        spec_rate = self.spec_tokens / self.spec_seconds if self.spec_seconds else 0.0
+        target_rate = self.target_tokens / self.target_seconds if self.target_seconds else 0.0
+        first = next(self.target.parameters())
+        return EvalReport(
+            tau=(sum(k * v for k, v in self.histogram.items()) / total_cycles) if total_cycles else 0.0,
+            acceptance_histogram=dict(self.histogram),
+            block_size=self.block,
+            num_prompts=len(self.results),
+            total_new_tokens=self.spec_tokens,
+            total_cycles=total_cycles,
+            speculative_tokens_per_s=spec_rate,
+            target_tokens_per_s=target_rate,
+            speedup=spec_rate / target_rate if target_rate else 0.0,
+            lossless=None if sampling else not mismatched,
+            mismatched_prompts=mismatched,
+            max_new_tokens=self.max_new_tokens,
+            per_prompt=self.results,
+            temperature=self.temperature,
+            per_position_acceptance=per_position_acceptance(self.histogram, self.block),
+            # Counted like vLLM's /metrics: a draft that matched counts even past a stop token.
+            tau_engine_counting=1 + self.raw_accepted / total_cycles if total_cycles else 0.0,
+            per_position_acceptance_engine_counting=[
+                count / total_cycles if total_cycles else 0.0 for count in self.accepted_at or [0] * (self.block - 1)
+            ],
+            tie_tolerance=None if sampling else self.tolerance,
+            near_ties=sum(len(r.near_ties) for r in self.results),
+            near_tie_prompts=[r.id for r in self.results if r.near_ties],
+            device=str(first.device),
+            dtype=str(first.dtype).removeprefix("torch."),
+        )
 
 
 def _mismatch_message(report: EvalReport) -> str:

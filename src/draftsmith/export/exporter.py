@@ -119,6 +119,16 @@ def serving_commands(config, path: str | Path = "<this dir>", target: str = "<ta
     }
 
 
+def _template_line(flash: dict) -> str:
+    """The chat template and kwargs (thinking mode) the drafter was trained with, when recorded."""
+    template = flash.get("template")
+    if not isinstance(template, dict):
+        return "- chat template: not recorded (trained before draftsmith recorded it)"
+    kwargs = json.dumps(template.get("kwargs") or {}, sort_keys=True)
+    return (f"- trained on chat template sha256 {str(template.get('sha256'))[:16]}... with kwargs {kwargs}: serve "
+            "with the same template and chat_template_kwargs (`draftsmith check` warns when they differ)")
+
+
 def _model_card(config, dtype: str) -> str:
     flash = config.dflash_config
     commands = serving_commands(config)
@@ -129,6 +139,7 @@ def _model_card(config, dtype: str) -> str:
   (each layer's output before the target's final norm, as vLLM and SGLang compute it)
 - mask token id {flash["mask_token_id"]} (`<|MASK|>` in the target tokenizer); weights {dtype}
 - no embedding or lm_head: the target's are used
+{_template_line(flash)}
 
 ## Serve it
 

@@ -36,17 +36,25 @@ from draftsmith.client.chat import (
     ChatResult,
     EndpointConnectionError,
     HTTPStatusError,
+    IncompleteResponse,
     RequestTimeout,
     ResponseFormatError,
     chat_payload,
 )
 from draftsmith.generate.dispatch import Dispatcher, Endpoint
 from draftsmith.generate.guard import GuardConfig, QualityGuard
-from draftsmith.data.generated import generated_row
+from draftsmith.data.generated import generated_row, incomplete_answer
 from draftsmith.data.prompts import PromptSample, load_prompts
 from draftsmith.generate.inputs import shard_of
 from draftsmith.core.asyncrun import run_async
-from draftsmith.generate.store import OutputStore, count_row_ids, shard_tag
+from draftsmith.generate.store import (
+    OutputStore,
+    check_own_files,
+    count_row_ids,
+    manifest_lock,
+    own_file_names,
+    shard_tag,
+)
 
 ORDERS = ("input", "longest-first", "prefix")
 
@@ -115,7 +123,7 @@ class GenerateConfig:
 
     def output_settings(self, model: str) -> dict[str, Any]:
         """What shapes the rows: a resume with other values would mix two datasets in one directory."""
-        return {"model": model, "max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p,
+        return {"model": model, "shard_count": self.shard_count, "max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p,
                 "seed": self.seed, "chat_template_kwargs": self.chat_template_kwargs, "extra_body": self.extra_body}
 
     split: str | None = None
@@ -299,7 +307,7 @@ class _Run:
             return "ok", await self.client.chat(endpoint.url, payload), None
         except EndpointConnectionError as error:
             return "connection", error, None
-        except RequestTimeout as error:
+        except (RequestTimeout, IncompleteResponse) as error:
             return "retry", error, None
         except HTTPStatusError as error:
             return ("retry" if error.retryable else "fail"), error, error.retry_after
@@ -317,8 +325,8 @@ class _Run:
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         delay = min(self.config.backoff_max_s, self.config.backoff_base_s * (2 ** max(0, attempt - 1)))
         delay *= random.uniform(0.5, 1.5)  # jitter: retries from many requests do not arrive together
-        if retry_after is not None:
-            delay = max(delay, retry_after)
+        if retry_after is not None:  # the server's wish, but never past --backoff-max-s (nor inf)
+            delay = max(delay, min(retry_after, self.config.backoff_max_s))
         return delay
 
     def _schedule(self, sample: PromptSample, delay: float) -> None:
@@ -405,6 +413,7 @@ class _Run:
         reasoning = None if result.reasoning_source == "none" else result.reasoning
         row = generated_row(
             sample.id, sample.messages, result.content, reasoning, sample.tools,
+            tool_calls=result.tool_calls,
             finish_reason=result.finish_reason,
             prompt_tokens=result.prompt_tokens,
             completion_tokens=completion_tokens,
@@ -415,6 +424,10 @@ class _Run:
             endpoint=endpoint.label,
             latency_s=round(result.latency_s, 4),
         )
+        problem = incomplete_answer(row)
+        if problem is not None:  # the client refuses these already; never write one as an answer
+            self._fail(sample, f"not a complete answer: {problem}", endpoint)
+            return
         if not self.store.write_row(row):
             return  # a requeued copy finished too: the first complete row wins
         self.unresolved.discard(sample.id)
@@ -548,6 +561,7 @@ async def agenerate(config: GenerateConfig, log: Callable[[str], None] | None = 
     # One writer per shard of an output directory: two runs of one shard would duplicate rows, while
     # different shards (other nodes) may share the directory.
     tag = shard_tag(config.shard_index, config.shard_count)
+    check_own_files(Path(config.output_dir), own_file_names(tag))  # before the lock file is even opened
     with lock_directory(config.output_dir, f"generate shard {config.shard_index}/{config.shard_count}",
                         lock_file=Path(config.output_dir) / f".draftsmith.{tag}.lock"):
         return await _agenerate(config, log)
@@ -614,7 +628,9 @@ async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) 
                            log=log)
         await _wait_for_endpoints(probe, config.endpoint_wait_s, log)
         model = config.model or await _discover_model(client, probe)
-        check_manifest(store.directory, "generate", config.output_settings(model), force=config.force_resume, log=log)
+        with manifest_lock(store.directory):  # shards share the directory: --shard i/N needs one N
+            check_manifest(store.directory, "generate", config.output_settings(model), force=config.force_resume,
+                           log=log)
         run = _Run(config, client, store, model, progress, guard, log)
         for fresh, checked in zip(run.dispatcher.endpoints, probe.endpoints):
             fresh.healthy, fresh.last_error = checked.healthy, checked.last_error

@@ -18,11 +18,14 @@ those bytes) and its sample is generated again.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -64,15 +67,55 @@ def _truncate_torn_tail(path: Path, log) -> None:
     log(f"{path}: removed a torn last line ({size - cut} bytes) left by an interrupted run")
 
 
+MANIFEST_LOCK = ".draftsmith.manifest.lock"
+
+
+def own_file_names(tag: str) -> list[str]:
+    """The files a shard's run writes besides its row parts (all checked by `check_own_files`)."""
+    return [f"failures-{tag}.jsonl", f"summary-{tag}.json", f".draftsmith.{tag}.lock", "manifest.json", MANIFEST_LOCK]
+
+
+@contextlib.contextmanager
+def manifest_lock(directory: Path) -> Iterator[None]:
+    """Held (blocking, briefly) while a shard's run checks and writes the shared manifest, so two
+    shards starting at once cannot both find no manifest and each write their own settings."""
+    fd = os.open(Path(directory) / MANIFEST_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def check_own_files(directory: Path, names: list[str] = ()) -> list[Path]:
+    """The row shards of ``directory``, refusing (before anything is read, cut or written) any of
+    them, or of ``names``, that is a symbolic link or not a plain file: the store writes and repairs
+    only files inside its output directory, never a file a link points to elsewhere."""
+    directory = Path(directory)
+    if not directory.exists():
+        return []
+    paths = sorted(directory.glob(ROW_GLOB))
+    for path in [*paths, *(directory / name for name in names)]:
+        if path.is_symlink():
+            raise InputError(f"{path}: is a symbolic link (to {os.readlink(path)}); generate writes only plain files "
+                             f"inside its output directory: move the link away")
+        if path.exists() and not path.is_file():
+            raise InputError(f"{path}: is not a plain file; move it away to continue")
+    return paths
+
+
 def count_row_ids(directory: Path, log=lambda message: None) -> Counter[str]:
     """How many complete rows each id has in ``directory`` (repairing torn tails first)."""
     counts: Counter[str] = Counter()
-    if not directory.exists():
-        return counts
-    for path in sorted(directory.glob(ROW_GLOB)):
+    for path in check_own_files(directory):
         _truncate_torn_tail(path, log)
-        with path.open("r", encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
+        with path.open("rb") as handle:
+            for number, raw in enumerate(handle, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise InputError(f"{path}:{number}: not UTF-8 text (byte {error.start + 1}); "
+                                     f"move the file away to continue") from None
                 if not line.strip():
                     continue
                 sample_id = line_id(line)
@@ -95,7 +138,7 @@ def read_failures(directory: Path, tag: str) -> dict[str, str]:
     failures: dict[str, str] = {}
     if not path.exists():
         return failures
-    with path.open("r", encoding="utf-8") as handle:
+    with path.open("r", encoding="utf-8", errors="replace") as handle:  # a garbled line only means a retry
         for line in handle:
             try:
                 row = json.loads(line)
@@ -128,6 +171,7 @@ class OutputStore:
 
     def scan(self) -> set[str]:
         """Complete rows already in the directory (any shard); also seeds the duplicate filter."""
+        check_own_files(self.directory, own_file_names(self.tag))
         done = scan_done_ids(self.directory, self.log)
         self.written |= done
         return done

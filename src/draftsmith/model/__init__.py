@@ -34,5 +34,11 @@ __getattr__, __all__ = lazy_exports(
         "load_drafter": "io",
         "load_drafter_config": "io",
         "save_drafter": "io",
+        "DecodeResult": "speculative",
+        "accept_probability": "speculative",
+        "default_stop_token_ids": "speculative",
+        "greedy_decode": "speculative",
+        "sample_decode": "speculative",
+        "speculative_decode": "speculative",
     },
 )

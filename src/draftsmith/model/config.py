@@ -89,24 +89,28 @@ def default_target_layer_ids(num_target_layers: int, num_features: int = DEFAULT
     whenever k equals the draft depth and never depend on it otherwise.
 
     Shallow targets (L-4 < k-1) make that rule repeat layers (L=4, k=5 -> [1, 1, 1, 1, 1]), which
-    wastes fc capacity on identical features. Then k is capped at L and the layers are spread evenly
-    over all of 0..L-1 instead (the tiny 4-layer target gets [0, 1, 2, 3]). Every layer's feature,
-    the last included, is its output before the final norm, as engines define it (features.py).
+    wastes fc capacity on identical features. Then k is capped at L-1 and the layers are spread
+    evenly over 0..L-2 instead (the tiny 4-layer target gets [0, 1, 2]). The last decoder layer is
+    never a default: SGLang crashes on it and the reference `dflash` package reads it after the
+    final norm while vLLM reads it before (`draftsmith check` flags it). Every feature is its
+    layer's output before the final norm, as engines define it (features.py).
     """
     if num_target_layers < 1:
         raise ValueError(f"num_target_layers must be >= 1, got {num_target_layers}")
     if num_features < 1:
         raise ValueError(f"num_features must be >= 1, got {num_features}")
     if num_features == 1:
-        return [num_target_layers // 2]
+        return [num_target_layers // 2 if num_target_layers > 2 else 0]
     span = num_target_layers - 4
     ids = [round(1 + i * span / (num_features - 1)) for i in range(num_features)]
     if span >= num_features - 1 and len(set(ids)) == num_features:
         return ids
-    count = min(num_features, num_target_layers)
+    if num_target_layers == 1:
+        return [0]
+    count = min(num_features, num_target_layers - 1)
     if count == 1:
-        return [num_target_layers // 2]
-    return [round(i * (num_target_layers - 1) / (count - 1)) for i in range(count)]
+        return [(num_target_layers - 1) // 2]
+    return [round(i * (num_target_layers - 2) / (count - 1)) for i in range(count)]
 
 
 def build_drafter_config(

@@ -15,23 +15,10 @@ from pydantic import BaseModel
 
 from draftsmith.core.errors import InputError
 from draftsmith.core.units import format_bytes, format_count
+from draftsmith.core.config import DTYPE_BYTES, dtype_bytes  # noqa: F401 (DTYPE_BYTES re-exported)
 from draftsmith.model.shape import language_sections, read_model_config
 
-DTYPE_BYTES: dict[str, int] = {
-    "bfloat16": 2,
-    "bf16": 2,
-    "float16": 2,
-    "fp16": 2,
-    "half": 2,
-    "float32": 4,
-    "fp32": 4,
-    "float": 4,
-    "float8": 1,
-    "fp8": 1,
-    "float8_e4m3fn": 1,
-    "float8_e5m2": 1,
-    "int8": 1,
-}
+# The one dtype table lives in core (core.config.DTYPE_BYTES); re-exported for old imports.
 
 # Offline storage has to leave room for the tokenized data, checkpoints and a shard being written.
 USABLE_DISK_FRACTION = 0.8
@@ -66,10 +53,7 @@ class StorageEstimate(BaseModel):
 
 
 def dtype_size(dtype: str) -> int:
-    key = str(dtype).lower().removeprefix("torch.")
-    if key not in DTYPE_BYTES:
-        raise InputError(f"unknown dtype {dtype!r} (use bfloat16, float16, float32 or float8)")
-    return DTYPE_BYTES[key]
+    return dtype_bytes(dtype)
 
 
 def estimate_hidden_state_storage(

@@ -38,6 +38,16 @@ def check_result_header(data: Any, source: str, kind: str, version: int, what: s
         raise InputError(f"{source}: unsupported {what} version {data.get('version')!r} (this reads {version})")
 
 
+def positive_field(data: dict, key: str, source: str, integer: bool = False, label: str | None = None) -> Any:
+    """`data[key]` when it is a positive finite number (a whole one if `integer`; never a bool)."""
+    value = data.get(key)
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value <= 0:
+        kind = "integer" if integer else "number"
+        raise InputError(f"{source}: {label or key} must be a positive {kind}, got {value!r}")
+    return value
+
+
 def load_bench(path: str | Path) -> BenchSummary:
     path = Path(path)
     return bench_from_dict(read_json_file(path, "bench result file"), source=str(path))
@@ -48,12 +58,8 @@ def bench_from_dict(data: Any, source: str = "bench result") -> BenchSummary:
     knee = data.get("knee")
     if not isinstance(knee, dict):
         raise InputError(f"{source}: missing field 'knee'")
-    rate = knee.get("output_tokens_per_s")
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
-        raise InputError(f"{source}: knee.output_tokens_per_s must be a positive number, got {rate!r}")
-    concurrency = knee.get("concurrency")
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency <= 0:
-        raise InputError(f"{source}: knee.concurrency must be a positive integer, got {concurrency!r}")
+    rate = positive_field(knee, "output_tokens_per_s", source, label="knee.output_tokens_per_s")
+    concurrency = positive_field(knee, "concurrency", source, integer=True, label="knee.concurrency")
     mean_output = None
     results = data.get("results")
     if isinstance(results, list):

@@ -319,38 +319,59 @@ def make_plan(inputs: PlanInputs | dict[str, Any]) -> Plan:
     prompt_mean, prompt_stats = _resolve_lengths(
         inputs.prompt_mean, inputs.prompt_lengths, inputs.prompt_lengths_source, None, "prompt"
     )
+    throughput, checks = _throughput(inputs, warnings)
+    total_output_tokens = round(inputs.samples * output_mean)
+    total_prompt_tokens = round(inputs.samples * prompt_mean) if prompt_mean is not None else None
+    seconds = total_output_tokens / throughput.tokens_per_s
+    warnings += _length_warnings(inputs, output_mean, output_stats)
+    deadline = _deadline(inputs, total_output_tokens, seconds, throughput.per_gpu_tokens_per_s, warnings)
+    needed = deadline.gpus_needed if deadline else None
+    return Plan(
+        inputs=inputs.model_dump(mode="json", exclude={"output_lengths", "prompt_lengths"}),
+        samples=inputs.samples,
+        output_mean=output_mean,
+        prompt_mean=prompt_mean,
+        max_tokens=inputs.max_tokens,
+        total_output_tokens=total_output_tokens,
+        total_prompt_tokens=total_prompt_tokens,
+        throughput=throughput,
+        wall_time=WallTime.from_seconds(seconds),
+        rate_checks=checks,
+        output_distribution=output_stats,
+        prompt_distribution=prompt_stats,
+        sensitivity=_sensitivity(inputs, output_mean, throughput.tokens_per_s),
+        gpu_scaling=_gpu_scaling(inputs, total_output_tokens, throughput, needed, deadline),
+        deadline=deadline,
+        storage=_storage(inputs, total_output_tokens, total_prompt_tokens, warnings),
+        warnings=warnings,
+    )
 
-    sources = _rate_sources(inputs)
-    chosen, checks = choose_rate(sources, inputs.use_rate, inputs.rate_tolerance)
+
+def _throughput(inputs: PlanInputs, warnings: list[str]) -> tuple[Throughput, list[RateCheck]]:
+    """The rate the plan runs on (cross-checked against every other figure given) and its per-GPU share."""
+    chosen, checks = choose_rate(_rate_sources(inputs), inputs.use_rate, inputs.rate_tolerance)
     for check in checks:
         if not check.agrees:
             warnings.append(f"planning on {chosen.name} as asked (--use-rate); {check.message}")
-
     gpus = inputs.gpus
     if chosen.name in ("bench", "per-gpu"):
         gpus = gpus or 1
-        per_gpu: float | None = chosen.tokens_per_s / cluster_tokens_per_s(1.0, gpus, inputs.efficiency)
-    elif gpus is not None:
-        per_gpu = chosen.tokens_per_s / cluster_tokens_per_s(1.0, gpus, inputs.efficiency)
-    else:
-        per_gpu = None
-    tokens_per_s = chosen.tokens_per_s
+    per_gpu = chosen.tokens_per_s / cluster_tokens_per_s(1.0, gpus, inputs.efficiency) if gpus is not None else None
     throughput = Throughput(
-        tokens_per_s=tokens_per_s,
+        tokens_per_s=chosen.tokens_per_s,
         source=chosen.name,
         origin=chosen.origin,
         per_gpu_tokens_per_s=per_gpu,
         gpus=gpus,
         efficiency=inputs.efficiency,
-        tokens_per_hour=tokens_per_s * 3600,
-        tokens_per_day=tokens_per_s * 86400,
+        tokens_per_hour=chosen.tokens_per_s * 3600,
+        tokens_per_day=chosen.tokens_per_s * 86400,
     )
+    return throughput, checks
 
-    total_output_tokens = round(inputs.samples * output_mean)
-    total_prompt_tokens = round(inputs.samples * prompt_mean) if prompt_mean is not None else None
-    seconds = total_output_tokens / tokens_per_s
-    wall_time = WallTime.from_seconds(seconds)
 
+def _length_warnings(inputs: PlanInputs, output_mean: float, output_stats: LengthStats | None) -> list[str]:
+    warnings = []
     if inputs.bench is not None and inputs.bench.knee_mean_output_tokens:
         measured = inputs.bench.knee_mean_output_tokens
         if not (0.5 <= output_mean / measured <= 2):
@@ -363,79 +384,69 @@ def make_plan(inputs: PlanInputs | dict[str, Any]) -> Plan:
             f"{output_stats.share_at_cap:.0%} of samples hit max_tokens={inputs.max_tokens}: those completions are "
             f"truncated (thinking cut off); consider a larger cap"
         )
+    return warnings
 
-    length_factors = list(inputs.sensitivity_factors)
-    output_means = [min(output_mean * f, inputs.max_tokens) if inputs.max_tokens else output_mean * f for f in length_factors]
-    rates = [tokens_per_s * f for f in inputs.sensitivity_factors]
-    sensitivity = SensitivityTable(
-        throughput_factors=list(inputs.sensitivity_factors),
+
+def _sensitivity(inputs: PlanInputs, output_mean: float, tokens_per_s: float) -> SensitivityTable:
+    factors = list(inputs.sensitivity_factors)
+    output_means = [min(output_mean * f, inputs.max_tokens) if inputs.max_tokens else output_mean * f for f in factors]
+    rates = [tokens_per_s * f for f in factors]
+    return SensitivityTable(
+        throughput_factors=factors,
         tokens_per_s=rates,
-        length_factors=length_factors,
+        length_factors=factors,
         output_means=output_means,
         days=[[inputs.samples * mean / rate / 86400 for mean in output_means] for rate in rates],
     )
 
-    deadline = None
-    needed = None
-    if inputs.deadline is not None:
-        deadline_s = parse_duration(inputs.deadline, "--deadline")
-        required = total_output_tokens / deadline_s
-        with_needed = None
-        if per_gpu is not None:
-            needed = gpus_needed(required, per_gpu, inputs.efficiency)
-            with_needed = WallTime.from_seconds(
-                total_output_tokens / cluster_tokens_per_s(per_gpu, needed, inputs.efficiency)
-            )
-        else:
-            warnings.append("no GPU count or per-GPU rate given, so the GPUs needed for the deadline are unknown")
-        deadline = DeadlinePlan(
-            deadline=inputs.deadline,
-            deadline_s=deadline_s,
-            required_tokens_per_s=required,
-            meets_deadline=seconds <= deadline_s,
-            slack_s=deadline_s - seconds,
-            gpus_needed=needed,
-            wall_time_with_gpus_needed=with_needed,
-        )
 
-    gpu_scaling: list[GpuScalingRow] = []
+def _deadline(
+    inputs: PlanInputs, total_output_tokens: int, seconds: float, per_gpu: float | None, warnings: list[str]
+) -> DeadlinePlan | None:
+    if inputs.deadline is None:
+        return None
+    deadline_s = parse_duration(inputs.deadline, "--deadline")
+    required = total_output_tokens / deadline_s
+    needed = with_needed = None
     if per_gpu is not None:
-        counts = set(inputs.gpu_counts or DEFAULT_GPU_COUNTS)
-        counts.update(n for n in (gpus, needed) if n)
-        for count in sorted(counts):
-            rate = cluster_tokens_per_s(per_gpu, count, inputs.efficiency)
-            row_seconds = total_output_tokens / rate
-            gpu_scaling.append(
-                GpuScalingRow(
-                    gpus=count,
-                    tokens_per_s=rate,
-                    days=row_seconds / 86400,
-                    hours=row_seconds / 3600,
-                    meets_deadline=(row_seconds <= deadline.deadline_s) if deadline else None,
-                )
-            )
-
-    storage = _storage(inputs, total_output_tokens, total_prompt_tokens, warnings)
-
-    return Plan(
-        inputs=inputs.model_dump(mode="json", exclude={"output_lengths", "prompt_lengths"}),
-        samples=inputs.samples,
-        output_mean=output_mean,
-        prompt_mean=prompt_mean,
-        max_tokens=inputs.max_tokens,
-        total_output_tokens=total_output_tokens,
-        total_prompt_tokens=total_prompt_tokens,
-        throughput=throughput,
-        wall_time=wall_time,
-        rate_checks=checks,
-        output_distribution=output_stats,
-        prompt_distribution=prompt_stats,
-        sensitivity=sensitivity,
-        gpu_scaling=gpu_scaling,
-        deadline=deadline,
-        storage=storage,
-        warnings=warnings,
+        needed = gpus_needed(required, per_gpu, inputs.efficiency)
+        with_needed = WallTime.from_seconds(total_output_tokens / cluster_tokens_per_s(per_gpu, needed, inputs.efficiency))
+    else:
+        warnings.append("no GPU count or per-GPU rate given, so the GPUs needed for the deadline are unknown")
+    return DeadlinePlan(
+        deadline=inputs.deadline,
+        deadline_s=deadline_s,
+        required_tokens_per_s=required,
+        meets_deadline=seconds <= deadline_s,
+        slack_s=deadline_s - seconds,
+        gpus_needed=needed,
+        wall_time_with_gpus_needed=with_needed,
     )
+
+
+def _gpu_scaling(
+    inputs: PlanInputs, total_output_tokens: int, throughput: Throughput, needed: int | None,
+    deadline: DeadlinePlan | None,
+) -> list[GpuScalingRow]:
+    per_gpu = throughput.per_gpu_tokens_per_s
+    if per_gpu is None:
+        return []
+    counts = set(inputs.gpu_counts or DEFAULT_GPU_COUNTS)
+    counts.update(n for n in (throughput.gpus, needed) if n)
+    rows = []
+    for count in sorted(counts):
+        rate = cluster_tokens_per_s(per_gpu, count, inputs.efficiency)
+        row_seconds = total_output_tokens / rate
+        rows.append(
+            GpuScalingRow(
+                gpus=count,
+                tokens_per_s=rate,
+                days=row_seconds / 86400,
+                hours=row_seconds / 3600,
+                meets_deadline=(row_seconds <= deadline.deadline_s) if deadline else None,
+            )
+        )
+    return rows
 
 
 def _storage(

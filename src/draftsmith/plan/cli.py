@@ -1,43 +1,83 @@
-"""`draftsmith plan`: how long regeneration takes, what GPUs and disk it needs, before spending them."""
+"""`draftsmith plan`: how long regeneration takes, what GPUs and disk it needs, before spending them;
+`draftsmith plan train`: the same for a drafter training run (wall time and memory per GPU).
+
+`plan` is a command group whose own options plan a regeneration run, so `draftsmith plan
+--samples 914k ...` works as it always has; `plan train` is its subcommand over `TrainPlanConfig`.
+`plan --train ...` (the old mode flag) still works as a deprecated spelling of `plan train ...`.
+"""
 
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
 
 import typer
+from typer.core import TyperGroup
 
 from draftsmith.core.config import config_command
-from draftsmith.plan.config import PlanFlags
+from draftsmith.core.io import dumps_json
+from draftsmith.plan.config import PlanConfig, TrainPlanConfig
+
+_JSON = {"as_json": (bool, typer.Option(False, "--json", help="Print the plan as JSON instead of tables."))}
 
 
-def plan(flags: PlanFlags, config_file: Path | None = None, as_json: bool = False) -> None:
+def plan(config: PlanConfig, config_file: Path | None = None, as_json: bool = False) -> None:
     """Plan a regeneration run: wall time, rate cross-check, sensitivity, GPUs for a deadline, storage.
 
-    With --train: plan a drafter training run (wall time online/offline, memory per GPU, dense vs sparse attention).
+    `draftsmith plan train --help`: plan a drafter training run instead.
     """
+    from draftsmith.plan.capacity import make_plan
+    from draftsmith.plan.config import build_inputs
+    from draftsmith.plan.report import render_plan
+
     # The plan file resolves its relative paths against its own folder, so plan reads it itself.
-    if flags.train:
-        from draftsmith.plan.config import build_train_inputs
-        from draftsmith.plan.report import render_train_plan
-        from draftsmith.plan.training import make_train_plan
+    result = make_plan(build_inputs(config_file, _flags_given(config)))
+    _emit(result, render_plan, as_json)
 
-        result = make_train_plan(build_train_inputs(config_file, flags.train_overrides()))
-        render = render_train_plan
-    else:
-        from draftsmith.plan.capacity import make_plan
-        from draftsmith.plan.config import build_inputs
-        from draftsmith.plan.report import render_plan
 
-        result = make_plan(build_inputs(config_file, flags.plan_overrides()))
-        render = render_plan
+def plan_train(config: TrainPlanConfig, config_file: Path | None = None, as_json: bool = False) -> None:
+    """Plan a drafter training run: wall time online/offline, memory per GPU, dense vs sparse attention."""
+    from draftsmith.plan.config import build_train_inputs
+    from draftsmith.plan.report import render_train_plan
+    from draftsmith.plan.training import make_train_plan
+
+    result = make_train_plan(build_train_inputs(config_file, _flags_given(config)))
+    _emit(result, render_train_plan, as_json)
+
+
+def _flags_given(config) -> dict:
+    return config.model_dump(include=config.model_fields_set)
+
+
+def _emit(result, render, as_json: bool) -> None:
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        typer.echo(dumps_json(result.to_dict()))
     else:
         render(result)
 
 
+class _PlanGroup(TyperGroup):
+    """`plan --train ARGS` (deprecated) is read as `plan train ARGS`."""
+
+    def parse_args(self, ctx, args):
+        if "--train" in args:
+            print("draftsmith: `plan --train` is deprecated; use `draftsmith plan train`", file=sys.stderr)
+            args = ["train", *[arg for arg in args if arg != "--train"]]
+        return super().parse_args(ctx, args)
+
+
 def register(app: typer.Typer) -> None:
-    config_command(app, "plan", PlanFlags, plan, own_config_file=True, extras={
-        "as_json": (bool, typer.Option(False, "--json", help="Print the plan as JSON instead of tables.")),
-    })
+    group = typer.Typer(cls=_PlanGroup, add_completion=False, pretty_exceptions_enable=False)
+    # The group's own options are `plan`'s; they apply only when no subcommand is given.
+    command = config_command(typer.Typer(), "plan", PlanConfig, plan, own_config_file=True, extras=_JSON)
+
+    def plan_command(**values):
+        if values["cli_context"].invoked_subcommand is None:
+            return command(**values)
+        return None
+
+    plan_command.__signature__ = command.__signature__  # type: ignore[attr-defined]
+    plan_command.__doc__ = command.__doc__
+    group.callback(invoke_without_command=True)(plan_command)
+    config_command(group, "train", TrainPlanConfig, plan_train, own_config_file=True, extras=_JSON)
+    app.add_typer(group, name="plan")

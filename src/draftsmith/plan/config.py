@@ -1,6 +1,6 @@
-"""Plan inputs from a YAML/TOML file and/or command-line flags (flags win).
-
-Keys in a file are spelled like the flags, with hyphens or underscores:
+"""The settings of `draftsmith plan` (a regeneration run) and `draftsmith plan train` (a drafter
+training run). Their CLI options come from these models; a YAML/TOML/JSON file (`--config`) takes
+the same keys as the flags, with hyphens or underscores, and flags given on the command line win:
 
     samples: 914000
     output-mean: 2500          # or output-lengths: pilot.jsonl:completion_tokens
@@ -11,196 +11,171 @@ Keys in a file are spelled like the flags, with hyphens or underscores:
     model-config: /models/target/config.json
     disk: 90TB
 
-Relative paths in a file are relative to the file, so a plan file can live next to its data.
+Values stay as a person writes them ("914k", "400 tok/s"); `PlanInputs` / `TrainPlanInputs` parse
+and check them, so a bad value is one line naming its flag. Relative paths in a file are relative
+to the file, so a plan file can live next to its data. One file can serve both plans: `plan train`
+adds `output-mean` and `prompt-mean` up to its mean length when `mean-length` is not given.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from draftsmith.core.config import cli, read_config_file
+from draftsmith.core.config import cli, options_of, read_config_file, validate_config
 from draftsmith.core.errors import InputError
+from draftsmith.core.units import parse_count
 from draftsmith.plan.bench_result import load_bench
 from draftsmith.plan.capacity import PlanInputs, validate_inputs
 from draftsmith.plan.distribution import load_lengths, split_source_spec
-from draftsmith.core.units import parse_count
-
-# File/flag key -> PlanInputs field. File-only conveniences (lists of factors) live here too.
-KEY_TO_FIELD: dict[str, str] = {
-    "samples": "samples",
-    "num-samples": "samples",
-    "output-mean": "output_mean",
-    "output-lengths": "output_lengths",
-    "prompt-mean": "prompt_mean",
-    "prompt-lengths": "prompt_lengths",
-    "max-tokens": "max_tokens",
-    "per-gpu": "per_gpu",
-    "gpus": "gpus",
-    "efficiency": "efficiency",
-    "throughput": "throughput",
-    "bench": "bench",
-    "claimed-rate": "claimed_rates",
-    "claimed-rates": "claimed_rates",
-    "use-rate": "use_rate",
-    "rate-tolerance": "rate_tolerance",
-    "deadline": "deadline",
-    "hidden-size": "hidden_size",
-    "captured-layers": "captured_layers",
-    "dtype": "dtype",
-    "model-config": "model_config_path",
-    "disk": "disk",
-    "sensitivity-factors": "sensitivity_factors",
-    "gpu-counts": "gpu_counts",
-}
-_PATH_FIELDS = {"output_lengths", "prompt_lengths", "bench", "model_config_path", "train_bench"}
-
-# `plan --train`: file/flag key -> TrainPlanInputs field. output-mean and prompt-mean add up to the
-# mean length when mean-length is not given, so one plan file can serve both plans.
-TRAIN_KEY_TO_FIELD: dict[str, str] = {
-    "samples": "samples",
-    "num-samples": "samples",
-    "mean-length": "mean_length",
-    "output-mean": "output_mean",
-    "prompt-mean": "prompt_mean",
-    "max-length": "max_length",
-    "epochs": "epochs",
-    "num-anchors": "num_anchors",
-    "block-size": "block_size",
-    "draft-layers": "draft_layers",
-    "captured-layers": "num_features",
-    "num-features": "num_features",
-    "batch-size": "batch_size",
-    "gpus": "gpus",
-    "gpu": "gpu",
-    "gpu-flops": "gpu_flops",
-    "gpu-memory": "gpu_memory",
-    "mfu": "mfu",
-    "offline": "offline",
-    "attention": "attention",
-    "dtype": "dtype",
-    "model-config": "model_config_path",
-    "train-bench": "train_bench",
-}
 
 
-class PlanFlags(BaseModel):
-    """The command line of `draftsmith plan`: raw text as a person writes it ("914k", "400 tok/s");
-    `build_inputs` merges it over a plan file and `PlanInputs` parses and checks it."""
+class FileRelative:
+    """Marks a path field: a relative path in a plan file is read relative to the file."""
+
+
+def _number_as_text(value: Any) -> Any:
+    # A file's `gpus: 4` is the flag's "4"; a boolean is no count and stays an error.
+    return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+Text = Annotated[str | None, BeforeValidator(_number_as_text)]
+"""A value as a person writes it ("914k", "400 tok/s", 4); the plan inputs parse it."""
+PathSpec = Annotated[str | None, FileRelative()]
+
+
+class PlanConfig(BaseModel):
+    """`draftsmith plan`: how long regenerating a dataset takes, what GPUs and disk it needs."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
-    samples: Annotated[str | None, cli(metavar="N")] = Field(None, description="number of samples to generate (914000, 914k)")
-    output_mean: Annotated[str | None, cli(metavar="TOKENS")] = Field(None, description="average output tokens per sample")
-    output_lengths: Annotated[str | None, cli(metavar="FILE[:COLUMN]")] = Field(
-        None, description="observed output lengths: FILE[:COLUMN] (JSONL, Parquet, CSV, text)"
-    )
-    prompt_mean: Annotated[str | None, cli(metavar="TOKENS")] = Field(None, description="average prompt tokens per sample")
-    prompt_lengths: Annotated[str | None, cli(metavar="FILE[:COLUMN]")] = Field(
-        None, description="observed prompt lengths: FILE[:COLUMN]"
-    )
-    max_tokens: Annotated[str | None, cli(metavar="TOKENS")] = Field(
-        None, description="cap on output tokens; truncates the distribution"
-    )
-    per_gpu: Annotated[str | None, cli(metavar="RATE")] = Field(None, description="throughput of one GPU/server ('400 tok/s')")
-    gpus: Annotated[str | None, cli(metavar="N")] = Field(None, description="number of GPUs/servers")
+    samples: Annotated[Text, cli("--samples", "--num-samples", metavar="N")] = Field(
+        None, description="number of samples to generate (914000, 914k)")
+    output_mean: Annotated[Text, cli(metavar="TOKENS")] = Field(None, description="average output tokens per sample")
+    output_lengths: Annotated[PathSpec, cli(metavar="FILE[:COLUMN]")] = Field(
+        None, description="observed output lengths: FILE[:COLUMN] (JSONL, Parquet, CSV, text)")
+    prompt_mean: Annotated[Text, cli(metavar="TOKENS")] = Field(None, description="average prompt tokens per sample")
+    prompt_lengths: Annotated[PathSpec, cli(metavar="FILE[:COLUMN]")] = Field(
+        None, description="observed prompt lengths: FILE[:COLUMN]")
+    max_tokens: Annotated[Text, cli(metavar="TOKENS")] = Field(
+        None, description="cap on output tokens; truncates the distribution")
+    per_gpu: Annotated[Text, cli(metavar="RATE")] = Field(None, description="throughput of one GPU/server ('400 tok/s')")
+    gpus: Annotated[Text, cli(metavar="N")] = Field(None, description="number of GPUs/servers")
     efficiency: Annotated[float | None, cli(metavar="FRACTION")] = Field(
-        None, description="scaling efficiency beyond one GPU (0-1]"
-    )
-    throughput: Annotated[str | None, cli(metavar="RATE")] = Field(
-        None, description="total throughput ('1,600 tok/s', '5.76M/hour')"
-    )
-    bench: Annotated[str | None, cli(metavar="FILE")] = Field(
-        None, description="saved `draftsmith bench` JSON; its knee is per GPU"
-    )
-    claimed_rates: Annotated[list[str], cli("--claimed-rate", split=False, metavar="RATE")] = Field(
-        default_factory=list, description="a rate quoted elsewhere ('5.4M/day'), cross-checked; repeatable"
-    )
-    use_rate: Annotated[str | None, cli(metavar="NAME")] = Field(
-        None, description="when rates disagree, the one to plan on: bench, per-gpu, throughput, claimed"
-    )
+        None, description="scaling efficiency beyond one GPU (0-1]")
+    throughput: Annotated[Text, cli(metavar="RATE")] = Field(
+        None, description="total throughput ('1,600 tok/s', '5.76M/hour')")
+    bench: Annotated[PathSpec, cli(metavar="FILE")] = Field(None, description="saved `draftsmith bench` JSON; its knee is per GPU")
+    claimed_rates: Annotated[list[str], cli("--claimed-rate", "--claimed-rates", split=False, metavar="RATE")] = Field(
+        default_factory=list, description="a rate quoted elsewhere ('5.4M/day'), cross-checked; repeatable")
+    use_rate: Annotated[Text, cli(metavar="NAME")] = Field(
+        None, description="when rates disagree, the one to plan on: bench, per-gpu, throughput, claimed")
     rate_tolerance: Annotated[float | None, cli(metavar="FRACTION")] = Field(
-        None, description="relative gap two rates may have (0.1)"
-    )
-    deadline: Annotated[str | None, cli(metavar="DURATION")] = Field(
-        None, description="finish within this time ('7d', '36h'): GPUs needed"
-    )
-    model_config_path: Annotated[str | None, cli("--model-config", metavar="PATH")] = Field(
-        None, description="target's config.json (or model dir)"
-    )
-    hidden_size: Annotated[str | None, cli(metavar="N")] = Field(None, description="target hidden size (instead of --model-config)")
-    captured_layers: Annotated[str | None, cli(metavar="N")] = Field(None, description="target layers captured (DFlash: 5)")
-    dtype: Annotated[str | None, cli(metavar="DTYPE")] = Field(None, description="hidden-state dtype on disk (bfloat16)")
-    disk: Annotated[str | None, cli(metavar="SIZE")] = Field(
-        None, description="disk budget for offline hidden states ('90TB', '2 TiB')"
-    )
-    # `plan --train`: a drafter training run instead (wall time online/offline, GPU memory).
-    train: bool = Field(False, description="plan a drafter training run instead: wall time and GPU memory")
-    mean_length: Annotated[str | None, cli(metavar="TOKENS")] = Field(
-        None, description="--train: mean tokens per sample (prompt + completion)"
-    )
-    max_length: Annotated[str | None, cli(metavar="TOKENS")] = Field(
-        None, description="--train: longest sequence; memory is planned for it (3072)"
-    )
-    epochs: Annotated[str | None, cli(metavar="N")] = Field(None, description="--train: passes over the data (6)")
-    num_anchors: Annotated[str | None, cli(metavar="N")] = Field(None, description="--train: blocks per sequence (512)")
-    block_size: Annotated[str | None, cli(metavar="B")] = Field(None, description="--train: block size (16)")
-    draft_layers: Annotated[str | None, cli(metavar="N")] = Field(None, description="--train: drafter layers (5)")
-    batch_size: Annotated[str | None, cli(metavar="N")] = Field(
-        None, description="--train: sequences per micro-batch per GPU (1)"
-    )
-    gpu: Annotated[str | None, cli(metavar="TYPE")] = Field(
-        None, description="--train: GPU type for peak FLOP/s and memory: H100, H200, B200, A100, L40S"
-    )
-    gpu_flops: Annotated[str | None, cli(metavar="FLOPS")] = Field(None, description="--train: peak bf16 FLOP/s per GPU ('989T')")
-    gpu_memory: Annotated[str | None, cli(metavar="SIZE")] = Field(None, description="--train: memory per GPU ('80GB')")
-    mfu: Annotated[float | None, cli(metavar="FRACTION")] = Field(None, description="--train: model FLOP utilization (0.35)")
+        None, description="relative gap two rates may have (0.1)")
+    deadline: Annotated[Text, cli(metavar="DURATION")] = Field(
+        None, description="finish within this time ('7d', '36h'): GPUs needed")
+    model_config_path: Annotated[PathSpec, cli("--model-config", metavar="PATH")] = Field(
+        None, description="target's config.json (or model dir)")
+    hidden_size: Annotated[Text, cli(metavar="N")] = Field(None, description="target hidden size (instead of --model-config)")
+    captured_layers: Annotated[Text, cli(metavar="N")] = Field(None, description="target layers captured (DFlash: 5)")
+    dtype: Annotated[Text, cli(metavar="DTYPE")] = Field(None, description="hidden-state dtype on disk (bfloat16)")
+    disk: Annotated[Text, cli(metavar="SIZE")] = Field(
+        None, description="disk budget for offline hidden states ('90TB', '2 TiB')")
+    sensitivity_factors: Annotated[list[float] | None, cli(metavar="F,F,...")] = Field(
+        None, description="throughput and length factors of the sensitivity table (0.5,0.75,1,1.25,1.5,2)")
+    gpu_counts: Annotated[list[int] | None, cli(metavar="N,N,...")] = Field(
+        None, description="GPU counts of the scaling table (1,2,4,...,64)")
+
+    def to_inputs(self) -> PlanInputs:
+        """The parsed, checked plan inputs, with the length and bench files read."""
+        values = _given(self)
+        for name in ("output_lengths", "prompt_lengths"):
+            if name in values:
+                values[f"{name}_source"] = values[name]
+                values[name] = load_lengths(values[name]).tolist()
+        if "bench" in values:
+            values["bench"] = load_bench(values["bench"])
+        return validate_inputs(values)
+
+
+class TrainPlanConfig(BaseModel):
+    """`draftsmith plan train`: wall time (online or offline) and memory per GPU of a training run."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    samples: Annotated[Text, cli("--samples", "--num-samples", metavar="N")] = Field(
+        None, description="training samples (sequences) per epoch")
+    mean_length: Annotated[Text, cli(metavar="TOKENS")] = Field(
+        None, description="mean tokens per sample (prompt + completion)")
+    output_mean: Annotated[Text, cli(metavar="TOKENS")] = Field(
+        None, description="instead of --mean-length: mean completion tokens (plus --prompt-mean)")
+    prompt_mean: Annotated[Text, cli(metavar="TOKENS")] = Field(
+        None, description="with --output-mean: mean prompt tokens")
+    max_length: Annotated[Text, cli(metavar="TOKENS")] = Field(
+        None, description="longest sequence; memory is planned for it (3072)")
+    epochs: Annotated[Text, cli(metavar="N")] = Field(None, description="passes over the data (6)")
+    num_anchors: Annotated[Text, cli(metavar="N")] = Field(None, description="blocks per sequence (512)")
+    block_size: Annotated[Text, cli(metavar="B")] = Field(None, description="block size (16)")
+    draft_layers: Annotated[Text, cli(metavar="N")] = Field(None, description="drafter layers (5)")
+    captured_layers: Annotated[Text, cli("--captured-layers", "--num-features", metavar="N")] = Field(
+        None, description="captured target layers, k (5)")
+    batch_size: Annotated[Text, cli(metavar="N")] = Field(None, description="sequences per micro-batch per GPU (1)")
+    gpus: Annotated[Text, cli(metavar="N")] = Field(None, description="GPUs training together (1)")
+    gpu: Annotated[Text, cli(metavar="TYPE")] = Field(
+        None, description="GPU type for peak FLOP/s and memory: H100, H200, B200, A100, L40S")
+    gpu_flops: Annotated[Text, cli(metavar="FLOPS")] = Field(None, description="peak bf16 FLOP/s per GPU ('989T')")
+    gpu_memory: Annotated[Text, cli(metavar="SIZE")] = Field(None, description="memory per GPU ('80GB')")
+    mfu: Annotated[float | None, cli(metavar="FRACTION")] = Field(None, description="model FLOP utilization (0.35)")
     offline: Annotated[bool | None, cli("--offline/--online")] = Field(
-        None, description="--train: from stored features or with the target in the loop"
-    )
-    attention: Annotated[str | None, cli(metavar="KIND")] = Field(
-        None, description="--train: drafter attention for the headline: sparse or dense"
-    )
-    train_bench: Annotated[str | None, cli(metavar="FILE")] = Field(
-        None, description="--train: `train --benchmark-steps` JSON; its measured rate"
-    )
+        None, description="from stored features, or with the target in the loop (default)")
+    attention: Annotated[Text, cli(metavar="KIND")] = Field(
+        None, description="drafter attention for the headline: sparse or dense")
+    dtype: Annotated[Text, cli(metavar="DTYPE")] = Field(None, description="target weights and activations (bfloat16)")
+    model_config_path: Annotated[PathSpec, cli("--model-config", metavar="PATH")] = Field(
+        None, description="target's config.json or model directory [required]")
+    train_bench: Annotated[PathSpec, cli(metavar="FILE")] = Field(
+        None, description="`train --benchmark-steps` JSON: plan on its measured rate")
 
-    TRAIN_ONLY: ClassVar[frozenset[str]] = frozenset(
-        {"train", "mean_length", "max_length", "epochs", "num_anchors", "block_size", "draft_layers", "batch_size",
-         "gpu", "gpu_flops", "gpu_memory", "mfu", "offline", "attention", "train_bench"}
-    )
+    def to_inputs(self):
+        """The parsed, checked `TrainPlanInputs`."""
+        from draftsmith.plan.training import validate_train_inputs
 
-    def plan_overrides(self) -> dict[str, Any]:
-        return self.model_dump(exclude=set(self.TRAIN_ONLY))
-
-    def train_overrides(self) -> dict[str, Any]:
-        """The --train flags, keyed by TrainPlanInputs field (--captured-layers is its num_features)."""
-        keys = set(self.TRAIN_ONLY - {"train"}) | {
-            "samples", "output_mean", "prompt_mean", "gpus", "dtype", "model_config_path"
-        }
-        values = self.model_dump(include=keys)
-        values["num_features"] = self.captured_layers
-        return values
+        values = _given(self)
+        output_mean, prompt_mean = values.pop("output_mean", None), values.pop("prompt_mean", None)
+        if "mean_length" not in values and output_mean is not None:
+            values["mean_length"] = float(parse_count(output_mean, "--output-mean")) + float(
+                parse_count(prompt_mean, "--prompt-mean") if prompt_mean is not None else 0)
+        if "mean_length" not in values and "samples" in values:
+            raise InputError("plan train needs --mean-length (tokens per sample, prompt + completion) or --output-mean")
+        if "captured_layers" in values:
+            values["num_features"] = values.pop("captured_layers")
+        return validate_train_inputs(values)
 
 
-def load_config_file(path: str | Path, key_to_field: dict[str, str] | None = None) -> dict[str, Any]:
-    """Raw values from a YAML or TOML plan file, keyed by PlanInputs field, paths made absolute."""
-    key_to_field = KEY_TO_FIELD if key_to_field is None else key_to_field
+def _given(config: BaseModel) -> dict[str, Any]:
+    """The settings given (by a flag or the file), as the plan inputs take them: None means "not given"."""
+    return {name: value for name, value in config.model_dump().items() if value not in (None, [], ())}
+
+
+def load_config_file(path: str | Path, model: type[BaseModel] = PlanConfig) -> dict[str, Any]:
+    """Raw values from a YAML/TOML/JSON plan file, keyed by `model`'s field, relative paths made
+    relative to the file. The keys are the model's flags (a `plan:` section is allowed)."""
     path = Path(path)
     data = read_config_file(path)
     if isinstance(data.get("plan"), dict) and len(data) == 1:
-        data = data["plan"]  # allow a [plan] table / plan: section
+        data = data["plan"]
+    options = {key: option for option in options_of(model) for key in option.keys()}
     values: dict[str, Any] = {}
     for key, value in data.items():
-        field = key_to_field.get(str(key).replace("_", "-"))
-        if field is None:
-            known = ", ".join(sorted(k for k in key_to_field))
-            raise InputError(f"{path}: unknown key {key!r} (known keys: {known})")
-        if field in _PATH_FIELDS and isinstance(value, str):
+        option = options.get(str(key).replace("_", "-"))
+        if option is None:
+            raise InputError(f"{path}: unknown key {key!r} (known keys: {', '.join(sorted(options))})")
+        field = option.path[0]
+        if isinstance(value, str) and any(isinstance(m, FileRelative) for m in model.model_fields[field].metadata):
             value = _relative_to(value, path.parent)
-        values[field] = value
+        values[field] = option.coerce(value, f"{path}: {key}")
     return values
 
 
@@ -213,9 +188,9 @@ def _relative_to(spec: str, base: Path) -> str:
     return f"{file_path}:{column}" if column else str(file_path)
 
 
-def build_inputs(config_path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> PlanInputs:
-    """Merge a config file with flag overrides (None means "not given") and load referenced files."""
-    values: dict[str, Any] = load_config_file(config_path) if config_path is not None else {}
+def _merge(model: type[BaseModel], config_path: str | Path | None, overrides: dict[str, Any] | None) -> BaseModel:
+    """`model` from a file and flag overrides (None means "not given"; flags win)."""
+    values = load_config_file(config_path, model) if config_path is not None else {}
     given = {field: value for field, value in (overrides or {}).items() if value not in (None, [], ())}
     # A flag giving a length one way replaces the file's value given the other way.
     for mean_field, lengths_field in (("output_mean", "output_lengths"), ("prompt_mean", "prompt_lengths")):
@@ -224,27 +199,14 @@ def build_inputs(config_path: str | Path | None = None, overrides: dict[str, Any
         if lengths_field in given:
             values.pop(mean_field, None)
     values.update(given)
-    for field in ("output_lengths", "prompt_lengths"):
-        spec = values.get(field)
-        if isinstance(spec, (str, Path)):
-            values[field] = load_lengths(spec).tolist()
-            values.setdefault(f"{field}_source", str(spec))
-    if isinstance(values.get("bench"), (str, Path)):
-        values["bench"] = load_bench(values["bench"])
-    return validate_inputs(values)
+    return validate_config(model, values, {"model_config_path": "--model-config", "claimed_rates": "--claimed-rate"})
+
+
+def build_inputs(config_path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> PlanInputs:
+    """`plan` inputs from a config file and flag overrides (keyed by `PlanConfig` field; flags win)."""
+    return _merge(PlanConfig, config_path, overrides).to_inputs()
 
 
 def build_train_inputs(config_path: str | Path | None = None, overrides: dict[str, Any] | None = None):
-    """`plan --train` inputs from a config file and flag overrides (flags win), as `TrainPlanInputs`."""
-    from draftsmith.plan.training import validate_train_inputs
-
-    values: dict[str, Any] = load_config_file(config_path, TRAIN_KEY_TO_FIELD) if config_path is not None else {}
-    values.update({field: value for field, value in (overrides or {}).items() if value not in (None, [], ())})
-    output_mean, prompt_mean = values.pop("output_mean", None), values.pop("prompt_mean", None)
-    if values.get("mean_length") is None and output_mean is not None:
-        values["mean_length"] = float(parse_count(output_mean, "--output-mean")) + float(
-            parse_count(prompt_mean, "--prompt-mean") if prompt_mean is not None else 0
-        )
-    if values.get("mean_length") is None and "samples" in values:
-        raise InputError("plan --train needs --mean-length (tokens per sample, prompt + completion) or --output-mean")
-    return validate_train_inputs(values)
+    """`plan train` inputs from a config file and flag overrides, as `TrainPlanInputs`."""
+    return _merge(TrainPlanConfig, config_path, overrides).to_inputs()

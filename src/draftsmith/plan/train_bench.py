@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from draftsmith.core.errors import InputError
 from draftsmith.core.io import read_json_file
-from draftsmith.plan.bench_result import check_result_header
+from draftsmith.plan.bench_result import check_result_header, positive_field
 
 TRAIN_BENCH_KIND = "draftsmith.train_benchmark"
 TRAIN_BENCH_VERSION = 1
@@ -38,14 +38,6 @@ class TrainBenchSummary(BaseModel):
         return self.tokens_per_s / self.world_size
 
 
-def _positive(data: dict, key: str, source: str, integer: bool = False) -> Any:
-    value = data.get(key)
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value <= 0:
-        raise InputError(f"{source}: {key} must be a positive {'integer' if integer else 'number'}, got {value!r}")
-    return value
-
-
 def load_train_bench(path: str | Path) -> TrainBenchSummary:
     path = Path(path)
     return train_bench_from_dict(read_json_file(path, "train benchmark file"), source=str(path))
@@ -61,11 +53,11 @@ def train_bench_from_dict(data: Any, source: str = "train benchmark") -> TrainBe
         path=source,
         mode=mode,
         device=data.get("device") if isinstance(data.get("device"), str) else None,
-        world_size=_positive(data, "world_size", source, integer=True),
-        steps=_positive(data, "steps", source, integer=True),
-        tokens_per_s=float(_positive(data, "tokens_per_s", source)),
-        samples_per_s=float(_positive(data, "samples_per_s", source)),
-        mean_tokens_per_sample=float(_positive(data, "mean_tokens_per_sample", source)),
+        world_size=positive_field(data, "world_size", source, integer=True),
+        steps=positive_field(data, "steps", source, integer=True),
+        tokens_per_s=float(positive_field(data, "tokens_per_s", source)),
+        samples_per_s=float(positive_field(data, "samples_per_s", source)),
+        mean_tokens_per_sample=float(positive_field(data, "mean_tokens_per_sample", source)),
         peak_memory_bytes=peak if isinstance(peak, int) and not isinstance(peak, bool) and peak > 0 else None,
         shapes=data["shapes"] if isinstance(data.get("shapes"), dict) else {},
     )

@@ -12,6 +12,7 @@ Two backends:
 This is not an inference engine; the engine integration tests use vLLM and llama-server.
 """
 
-from draftsmith.serve.server import FaultConfig, ServeConfig, build_app, run_server
+from draftsmith.serve.config import FaultConfig, ServeConfig
+from draftsmith.serve.server import build_app, run_server
 
 __all__ = ["FaultConfig", "ServeConfig", "build_app", "run_server"]

@@ -37,7 +37,7 @@ def serve(config, tiny: bool = False, batch_wait_ms: float | None = None, worker
 
 
 def register(app: typer.Typer) -> None:
-    from draftsmith.serve.server import ServeConfig
+    from draftsmith.serve.config import ServeConfig
 
     config_command(app, "serve", ServeConfig, serve, extras={
         "tiny": (bool, typer.Option(False, help="Serve the built-in tiny target (built or reused from the cache).")),

@@ -22,6 +22,7 @@ Response shape follows the engines the client must handle:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -30,85 +31,16 @@ import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from aiohttp import web
-from pydantic import ConfigDict, Field
-from pydantic.dataclasses import dataclass as config_dataclass
 
 from draftsmith.core.asyncrun import run_async
-from draftsmith.core.config import cli
+from draftsmith.core.signals import interrupted_by
+from draftsmith.serve.config import FaultConfig, ServeConfig
 from draftsmith.data.reasoning import split_think as split_reasoning
 
 REASONING_FIELDS = ("reasoning_content", "reasoning", "inline")
-
-
-_SETTINGS = ConfigDict(use_attribute_docstrings=True, extra="forbid")
-Share = Annotated[float, Field(ge=0, le=1)]
-
-
-@config_dataclass(config=_SETTINGS)
-class FaultConfig:
-    """Fault injection for tests of the client's retry / requeue / resume logic.
-
-    Counters apply to ``/v1/chat/completions`` only. ``fail_rate`` and ``drop_rate`` are drawn from
-    a RNG seeded by ``seed`` so runs are reproducible.
-    """
-
-    fail_rate: Annotated[Share, cli("--fail-rate")] = 0.0
-    """Share of requests answered with ``fail_status`` (and a JSON error body)."""
-    fail_status: Annotated[int, cli("--fail-status")] = 503
-    """HTTP status of injected failures (e.g. 503, 429, 400)."""
-    fail_first: Annotated[int, cli("--fail-first"), Field(ge=0)] = 0
-    """The first N requests fail with ``fail_status`` (deterministic)."""
-    drop_rate: Annotated[Share, cli("--drop-rate")] = 0.0
-    """Share of requests whose connection is closed without any response."""
-    delay_s: Annotated[float, cli("--delay"), Field(ge=0)] = 0.0
-    """Added latency (seconds) before every completion."""
-    die_after: Annotated[int, cli("--die-after"), Field(ge=0)] = 0
-    """Hard-exit the process (like a crashed engine) when this many requests have arrived (0: never)."""
-    unhealthy: Annotated[bool, cli("--unhealthy/--no-unhealthy")] = False
-    """``/health`` answers 503 (an endpoint that is up but not ready)."""
-    seed: Annotated[int, cli("--seed")] = 0
-    """Seed of the fault-injection RNG."""
-
-
-@config_dataclass(config=_SETTINGS)
-class ServeConfig:
-    """Settings of one `draftsmith serve` process."""
-
-    backend: Literal["model", "echo"] | None = None
-    """``model`` (Hugging Face causal LM from ``model_dir``) or ``echo``; default: model with --model, else echo."""
-    model_dir: Annotated[Path | None, cli("--model")] = None
-    """Hugging Face model directory (the 'model' backend)."""
-    served_model_name: str | None = None
-    """Model name reported by the API."""
-    host: str = "127.0.0.1"
-    port: int = 8000
-    """Port (0: pick a free one; the bound port is printed)."""
-    reasoning_field: Literal["reasoning_content", "reasoning", "inline"] = "reasoning_content"
-    """reasoning_content (SGLang/llama-server), reasoning (vLLM) or inline (<think> in content)."""
-    max_batch_size: Annotated[int, Field(ge=1)] = 16
-    """Most concurrent requests decoded in one batch."""
-    batch_wait_s: Annotated[float, cli(hidden=True), Field(ge=0)] = 0.005
-    """How long the batcher waits for more requests to join a batch that is not yet full."""
-    echo_answer: str = "The answer to {prompt}"
-    """Echo backend answer template; ``{prompt}`` is the last user message."""
-    echo_reasoning: str = "Let me think about {prompt}"
-    """Echo backend reasoning template (empty string: no reasoning)."""
-    faults: FaultConfig = field(default_factory=FaultConfig)
-
-    def __post_init__(self) -> None:
-        if self.backend is None:
-            self.backend = "model" if self.model_dir is not None else "echo"
-
-    def model_name(self) -> str:
-        if self.served_model_name:
-            return self.served_model_name
-        if self.backend == "model" and self.model_dir is not None:
-            return Path(self.model_dir).name
-        return "echo"
 
 
 @dataclass
@@ -488,7 +420,9 @@ class OpenAIServer:
             await asyncio.sleep(faults.delay_s)
         if self.requests_seen <= faults.fail_first or (faults.fail_rate and self.rng.random() < faults.fail_rate):
             response = _error_response(faults.fail_status, "injected failure", "server_error")
-            if faults.fail_status == 429:
+            if faults.retry_after is not None:
+                response.headers["Retry-After"] = faults.retry_after
+            elif faults.fail_status == 429:
                 response.headers["Retry-After"] = "0"
             return response
         if faults.drop_rate and self.rng.random() < faults.drop_rate:
@@ -526,7 +460,7 @@ class OpenAIServer:
                 completion = self.backend.complete(chat)
                 if chat.stream:
                     return await self._stream_echo(request, chat, completion)
-                return web.json_response(self._response(chat, completion))
+                return web.json_response(self._bad_content(self._response(chat, completion)))
             job = self.backend.submit(chat)
         except RequestError as error:
             return _error_response(400, str(error))
@@ -546,7 +480,14 @@ class OpenAIServer:
         completion = Completion(
             backend.decode(ids), ids, job.prompt_ids, finish, backend.reasoning_tokens(ids, False)
         )
-        return web.json_response(self._response(chat, completion))
+        return web.json_response(self._bad_content(self._response(chat, completion)))
+
+    def _bad_content(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The --bad-content fault: an answer whose content is null or a number, with no reasoning."""
+        if self.faults.bad_content_rate and self.rng.random() < self.faults.bad_content_rate:
+            content = None if self.faults.bad_content == "null" else 42
+            body["choices"][0]["message"] = {"role": "assistant", "content": content}
+        return body
 
     async def _sse_start(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
@@ -578,13 +519,16 @@ class OpenAIServer:
         }
         return b"data: " + json.dumps(body).encode() + b"\n\n"
 
-    async def _stream_echo(self, request: web.Request, chat: ChatRequest, completion: Completion) -> web.StreamResponse:
+    async def _open_stream(self, request: web.Request, chat: ChatRequest, prompt_ids: list[int]) -> tuple[web.StreamResponse, str]:
+        """The SSE response and its id, after the first chunk (the assistant role, and the prompt's ids if asked)."""
         response = await self._sse_start(request)
         chunk_id = f"chatcmpl-{uuid.uuid4().hex}"
-        first: dict[str, Any] = {}
-        if chat.return_token_ids:
-            first["prompt_token_ids"] = completion.prompt_token_ids
+        first: dict[str, Any] = {"prompt_token_ids": prompt_ids} if chat.return_token_ids else {}
         await response.write(self._chunk(chunk_id, {"role": "assistant", "content": ""}, **first))
+        return response, chunk_id
+
+    async def _stream_echo(self, request: web.Request, chat: ChatRequest, completion: Completion) -> web.StreamResponse:
+        response, chunk_id = await self._open_stream(request, chat, completion.prompt_token_ids)
         message = self._message(completion.text)
         field_name = self.config.reasoning_field
         reasoning = message.get(field_name) if field_name != "inline" else None
@@ -592,6 +536,10 @@ class OpenAIServer:
         if reasoning:
             pieces += [(field_name, word + " ") for word in reasoning.split(" ")]
         pieces += [("content", word + " ") for word in (message.get("content") or "").split(" ")]
+        if self.faults.cut_stream_rate and self.rng.random() < self.faults.cut_stream_rate:
+            for key, text in pieces[: len(pieces) // 2]:  # the --cut-stream-rate fault: no finish, no [DONE]
+                await response.write(self._chunk(chunk_id, {key: text}))
+            return response
         for index, (key, text) in enumerate(pieces):
             extra: dict[str, Any] = {}
             if chat.return_token_ids and index == len(pieces) - 1:
@@ -609,12 +557,7 @@ class OpenAIServer:
     async def _stream_model(self, request: web.Request, chat: ChatRequest, job: _Job) -> web.StreamResponse:
         backend = self.backend
         assert isinstance(backend, ModelBackend)
-        response = await self._sse_start(request)
-        chunk_id = f"chatcmpl-{uuid.uuid4().hex}"
-        first: dict[str, Any] = {}
-        if chat.return_token_ids:
-            first["prompt_token_ids"] = job.prompt_ids
-        await response.write(self._chunk(chunk_id, {"role": "assistant", "content": ""}, **first))
+        response, chunk_id = await self._open_stream(request, chat, job.prompt_ids)
         ids: list[int] = []
         emitted = ""
         in_reasoning = False
@@ -682,7 +625,9 @@ def build_app(config: ServeConfig) -> web.Application:
 
 async def _serve(config: ServeConfig, sock=None, ready_message: bool = True) -> None:
     app = build_app(config)
-    runner = web.AppRunner(app, access_log=None, handle_signals=True)
+    # No signal handlers of aiohttp's own (its GracefulExit is a silent exit 1): Ctrl-C and SIGTERM
+    # stop the server like every stage (core.signals), with a message and exit 130/143.
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     if sock is not None:
         site: web.BaseSite = web.SockSite(runner, sock)
@@ -731,7 +676,10 @@ def _run_workers(config: ServeConfig, workers: int) -> None:
                 os.kill(child, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-        raise SystemExit(0)
+        for child in children:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(child, 0)
+        interrupted_by(signum)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
@@ -757,7 +705,4 @@ def run_server(config: ServeConfig, workers: int = 1) -> None:
             raise ValueError("--workers > 1 is only for the echo backend (the model backend batches in one process)")
         _run_workers(config, workers)
         return
-    try:
-        run_async(_serve(config))
-    except KeyboardInterrupt:
-        pass
+    run_async(_serve(config))  # until Ctrl-C/SIGTERM: the CLI says so and exits 130/143

@@ -27,6 +27,12 @@ def tokenize(config, audit: bool = True, *, gate: Gate | None = None) -> None:
         if error.summary is not None:
             error.summary.render(console)
         raise
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the workers are stopped, the lock released
+        console.print(
+            f"tokenize: stopped; the shards already in {config.out} are kept: run the same command "
+            "with --resume to finish", markup=False, highlight=False,
+        )
+        raise
     summary.render(console)
     if audit and gate is not None and not gate(config.out, config.tokenizer, console):
         raise typer.Exit(1)
@@ -35,7 +41,7 @@ def tokenize(config, audit: bool = True, *, gate: Gate | None = None) -> None:
 def register(app: typer.Typer, gate: Gate | None = None) -> None:
     """``gate(out_dir, tokenizer, console) -> passed``: the check of the written shards behind
     ``--audit``; the top-level CLI passes the audit stage's, since a stage never imports another."""
-    from draftsmith.tokenize.pipeline import TokenizeConfig
+    from draftsmith.tokenize.config import TokenizeConfig
 
     extras = {}
     if gate is not None:

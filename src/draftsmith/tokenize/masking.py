@@ -50,9 +50,11 @@ generated, so the same rule holds by construction. For the same completion both 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,6 +163,19 @@ def _template_text(tokenizer) -> str:
     return template or ""
 
 
+@contextlib.contextmanager
+def _template_errors_drop_the_row() -> Iterator[None]:
+    """A chat template that raises on one row (``raise_exception``, a field of the wrong type):
+    that row is dropped as ``template_error``, the run goes on."""
+    import jinja2
+
+    try:
+        yield
+    except (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError, IndexError) as error:
+        message = " ".join(str(error).split()) or type(error).__name__
+        raise RowDropped("template_error", f"the chat template raised {type(error).__name__}: {message[:200]}") from None
+
+
 def _should_verify(row_id: str, share: float) -> bool:
     """Deterministic sampling by id, so a rerun verifies the same rows."""
     if share >= 1.0:
@@ -200,6 +215,12 @@ class ChatMasker:
     @classmethod
     def from_path(cls, tokenizer_path: str | Path, config: MaskerConfig = MaskerConfig()) -> ChatMasker:
         return cls(load_tokenizer(tokenizer_path), config, tokenizer_path)
+
+    def template_record(self) -> dict[str, Any]:
+        """What the rows were rendered with: the chat template's sha256 and the template kwargs
+        (``enable_thinking``, ...), so a drafter can be checked against its serving template."""
+        digest = hashlib.sha256(_template_text(self.tokenizer).encode("utf-8")).hexdigest()
+        return {"sha256": digest, "kwargs": dict(sorted(self.template_kwargs.items()))}
 
     # -- public -------------------------------------------------------------------------------
 
@@ -262,10 +283,11 @@ class ChatMasker:
     # -- chat template ------------------------------------------------------------------------
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = False) -> str:
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt,
-            **self.template_kwargs, **self._row_kwargs,
-        )
+        with _template_errors_drop_the_row():
+            return self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                **self.template_kwargs, **self._row_kwargs,
+            )
 
     def _empty_reasoning_scaffold(self, before: list[dict[str, Any]], message: dict[str, Any], prompt: str) -> str:
         """Template text between the generation prompt and the content when reasoning is empty."""
@@ -285,7 +307,6 @@ class ChatMasker:
 
     def _from_template(self, row: dict[str, Any], verify: bool, truncated_generation: bool) -> MaskedRow:
         messages = row["messages"]
-        final = messages[-1]
         if self.config.train_turns == "all":
             turns = [i for i, message in enumerate(messages) if message["role"] == "assistant" and i > 0]
         else:
@@ -294,83 +315,30 @@ class ChatMasker:
             raise RowDropped("no_assistant_turn", "the assistant message has no prompt before it")
 
         text = self.render(messages)
-        # The Rust tokenizer directly: same ids and offsets as tokenizer(text), without the wrapper's
-        # per-call overhead (a third of the time per row otherwise).
-        encoding = self.backend.encode(text, add_special_tokens=False)
-        input_ids = np.asarray(encoding.ids, dtype=np.int32)
-        offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
-        starts = offsets[:, 0]
+        input_ids, offsets = self._encode(text)
         is_end_of_turn = np.zeros(len(input_ids), dtype=bool)
         for token_id in self.end_of_turn_ids:  # a handful of ids: cheaper than np.isin per row
             is_end_of_turn |= input_ids == token_id
-
-        spans: list[tuple[int, int, int]] = []  # (message index, first token, end token exclusive)
-        for index in turns:
-            before = messages[:index]
-            prompt = self.render(before, add_generation_prompt=True)
-            if not text.startswith(prompt):
-                raise RowDropped(
-                    "template_mismatch",
-                    f"rendering messages[:{index}] with add_generation_prompt=True is not a prefix of "
-                    "the rendered conversation, so the assistant turn cannot be located"
-                    + (" (try --train-turns final)" if index != len(messages) - 1 else ""),
-                )
-            start_char = len(prompt)
-            # A think block the model wrote is trained even when empty; one it did not write, yet
-            # the template renders, is template text.
-            if not wrote_think_block(messages[index]):
-                scaffold = self._empty_reasoning_scaffold(before, messages[index], prompt)
-                if scaffold and text.startswith(scaffold, start_char):
-                    start_char += len(scaffold)
-            first = int(np.searchsorted(starts, start_char, side="left"))
-            if first >= len(input_ids) or starts[first] != start_char or (first > 0 and offsets[first - 1, 1] > start_char):
-                raise RowDropped(
-                    "span_misaligned",
-                    f"assistant turn {index} starts inside a token (character {start_char}); "
-                    "the mask would be off by one token",
-                )
-            later = np.flatnonzero(is_end_of_turn[first:])
-            if len(later) == 0:
-                raise RowDropped(
-                    "no_end_of_turn",
-                    f"assistant turn {index} has no end-of-turn token "
-                    f"(ids {sorted(self.end_of_turn_ids)}); pass --end-of-turn",
-                )
-            end = first + int(later[0]) + 1
-            if index == len(messages) - 1 and int(is_end_of_turn[end:].sum()) != 0:
-                raise RowDropped(
-                    "end_of_turn_in_content",
-                    "the final assistant turn contains an end-of-turn token inside its text",
-                )
-            if index == len(messages) - 1 and reasoning_of(final).strip():
-                turn_text = text[int(offsets[first, 0]) : int(offsets[end - 1, 1])]
-                if reasoning_of(final).strip() not in turn_text:
-                    raise RowDropped(
-                        "reasoning_not_rendered",
-                        "the chat template does not render the final turn's reasoning_content, so the "
-                        "thinking would be lost (is this the target model's own template?)",
-                    )
-            spans.append((index, first, end))
-
-        loss_mask = np.zeros(len(input_ids), dtype=np.int8)
-        for _, first, end in spans:
-            loss_mask[first:end] = 1
-        method = "template_prefix"
-        if self.config.use_generation_markers and self.has_generation_markers:
-            method = "generation_markers"
-            markers = self._generation_markers(messages, input_ids)
-            for _, first, end in spans:
-                turn = markers[first:end].copy()
-                turn[end - first - 1] = 1  # the end-of-turn token is always a label
-                loss_mask[first:end] = turn
+        spans = [(index, *self._turn_span(text, messages, index, offsets, is_end_of_turn)) for index in turns]
+        loss_mask = self._span_mask(messages, input_ids, spans)
 
         # The sequence ends where the generation did, as an engine's ids do: what the template
         # renders after the final end-of-turn (a newline) was never generated. Kept despite
-        # hitting max_tokens, the model never wrote what the template closes the turn with either.
-        _, first, end = spans[-1]
-        cut = self._truncated_generation_end(text, offsets, first, end, final) if truncated_generation else end
-        input_ids, loss_mask, offsets = input_ids[:cut], loss_mask[:cut], offsets[:cut]
-        spans[-1] = (spans[-1][0], first, cut)
+        # hitting max_tokens, the model never wrote what the template closes the turn with either;
+        # a think block the model never closed (it stopped inside it) is not closed for it.
+        unclosed = bool(row.get("unclosed_think"))
+        open_end = truncated_generation or unclosed
+        index, first, end = spans[-1]
+        if open_end:
+            input_ids, offsets, cut, retokenized = self._cut_open_generation(
+                text, input_ids, offsets, first, end, messages[-1]
+            )
+            loss_mask = (
+                np.concatenate([loss_mask[:first], np.ones(cut - first, dtype=np.int8)]) if retokenized else loss_mask[:cut]
+            )
+            spans[-1] = (index, first, cut)
+        else:
+            input_ids, loss_mask, offsets = input_ids[:end], loss_mask[:end], offsets[:end]
 
         total = int(loss_mask.sum())
         if total == 0:
@@ -379,26 +347,107 @@ class ChatMasker:
             raise RowDropped("mask_all_ones", "every token is trained, the prompt included")
         if verify:
             for index, first, end in spans:
+                final_turn = index == len(messages) - 1
                 self._verify_turn(
                     text, input_ids, loss_mask, offsets, messages, index, first, end,
-                    final_turn=index == len(messages) - 1,
-                    closed=not (truncated_generation and index == len(messages) - 1),
+                    final_turn=final_turn, closed=not (open_end and final_turn),
                 )
-        return MaskedRow(row["id"], input_ids, loss_mask, row.get("finish_reason"), method, verified=verify)
+        method = "generation_markers" if self.config.use_generation_markers and self.has_generation_markers else "template_prefix"
+        built = MaskedRow(row["id"], input_ids, loss_mask, row.get("finish_reason"), method, verified=verify)
+        if unclosed and not truncated_generation:
+            # It stopped inside its think block: the end-of-turn follows the reasoning directly,
+            # as in the engine's ids (the engine path appends it the same way when missing).
+            built.input_ids = np.append(input_ids, np.int32(self.primary_end_of_turn)).astype(np.int32)
+            built.loss_mask = np.append(loss_mask, np.int8(1)).astype(np.int8)
+            built.end_of_turn_appended = True
+        return built
+
+    def _encode(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids and character offsets of `text`."""
+        # The Rust tokenizer directly: same ids and offsets as tokenizer(text), without the wrapper's
+        # per-call overhead (a third of the time per row otherwise).
+        encoding = self.backend.encode(text, add_special_tokens=False)
+        input_ids = np.asarray(encoding.ids, dtype=np.int32)
+        offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
+        return input_ids, offsets
+
+    def _turn_span(self, text: str, messages, index: int, offsets: np.ndarray, is_end_of_turn: np.ndarray):
+        """(first token, end token exclusive) of assistant turn `index` in the rendered `text`."""
+        before = messages[:index]
+        prompt = self.render(before, add_generation_prompt=True)
+        if not text.startswith(prompt):
+            raise RowDropped(
+                "template_mismatch",
+                f"rendering messages[:{index}] with add_generation_prompt=True is not a prefix of "
+                "the rendered conversation, so the assistant turn cannot be located"
+                + (" (try --train-turns final)" if index != len(messages) - 1 else ""),
+            )
+        start_char = len(prompt)
+        # A think block the model wrote is trained even when empty; one it did not write, yet
+        # the template renders, is template text.
+        if not wrote_think_block(messages[index]):
+            scaffold = self._empty_reasoning_scaffold(before, messages[index], prompt)
+            if scaffold and text.startswith(scaffold, start_char):
+                start_char += len(scaffold)
+        starts = offsets[:, 0]
+        first = int(np.searchsorted(starts, start_char, side="left"))
+        if first >= len(starts) or starts[first] != start_char or (first > 0 and offsets[first - 1, 1] > start_char):
+            raise RowDropped(
+                "span_misaligned",
+                f"assistant turn {index} starts inside a token (character {start_char}); "
+                "the mask would be off by one token",
+            )
+        later = np.flatnonzero(is_end_of_turn[first:])
+        if len(later) == 0:
+            raise RowDropped(
+                "no_end_of_turn",
+                f"assistant turn {index} has no end-of-turn token "
+                f"(ids {sorted(self.end_of_turn_ids)}); pass --end-of-turn",
+            )
+        end = first + int(later[0]) + 1
+        final = index == len(messages) - 1
+        if final and int(is_end_of_turn[end:].sum()) != 0:
+            raise RowDropped(
+                "end_of_turn_in_content", "the final assistant turn contains an end-of-turn token inside its text"
+            )
+        reasoning = reasoning_of(messages[index]).strip()
+        if final and reasoning and reasoning not in text[int(offsets[first, 0]) : int(offsets[end - 1, 1])]:
+            raise RowDropped(
+                "reasoning_not_rendered",
+                "the chat template does not render the final turn's reasoning_content, so the "
+                "thinking would be lost (is this the target model's own template?)",
+            )
+        return first, end
+
+    def _span_mask(self, messages, input_ids: np.ndarray, spans: list[tuple[int, int, int]]) -> np.ndarray:
+        """1 on the spans' tokens; with generation markers, only where the markers also say so."""
+        loss_mask = np.zeros(len(input_ids), dtype=np.int8)
+        for _, first, end in spans:
+            loss_mask[first:end] = 1
+        if self.config.use_generation_markers and self.has_generation_markers:
+            markers = self._generation_markers(messages, input_ids)
+            for _, first, end in spans:
+                turn = markers[first:end].copy()
+                turn[end - first - 1] = 1  # the end-of-turn token is always a label
+                loss_mask[first:end] = turn
+        return loss_mask
 
     def _generation_markers(self, messages: list[dict[str, Any]], input_ids: np.ndarray) -> np.ndarray:
-        encoded = self.tokenizer.apply_chat_template(
-            messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True,
-            **self.template_kwargs, **self._row_kwargs,
-        )
+        with _template_errors_drop_the_row():
+            encoded = self.tokenizer.apply_chat_template(
+                messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True,
+                **self.template_kwargs, **self._row_kwargs,
+            )
         if list(encoded["input_ids"]) != input_ids.tolist():
             raise RowDropped(
                 "template_mismatch", "the generation-marker rendering differs from the plain rendering"
             )
         return np.asarray(encoded["assistant_masks"], dtype=np.int8)
 
-    def _truncated_generation_end(self, text, offsets, first: int, end: int, final: dict[str, Any]) -> int:
-        """Token index to cut a max_tokens-truncated final turn at (exclusive)."""
+    def _cut_open_generation(self, text, input_ids, offsets, first: int, end: int, final: dict[str, Any]):
+        """The row cut where a generation that never closed its turn ended: before the end-of-turn
+        the template added, and (cut inside the reasoning) before the ``</think>`` it added too.
+        Returns (input_ids, offsets, cut token index, whether the kept text was re-tokenized)."""
         cut_char = int(offsets[end - 1, 0])  # drop the end-of-turn token the template added
         if not final["content"].strip():
             # Cut inside the reasoning: drop the closing `</think>` scaffold as well.
@@ -408,7 +457,15 @@ class ChatMasker:
             if position >= 0:
                 cut_char = int(offsets[first, 0]) + position + len(reasoning)
         cut = int(np.searchsorted(offsets[:, 0], cut_char, side="left"))
-        return max(cut, first + 1)
+        if cut > 0 and offsets[cut - 1, 1] > cut_char:
+            # The cut falls inside a token the template's closing text merged into (``.\n``): the
+            # engine never produced that token, so tokenize the generated text as it ends.
+            prefix_ids, prefix_offsets = self._encode(text[:cut_char])
+            if prefix_ids[:first].tolist() != input_ids[:first].tolist():
+                raise RowDropped("span_misaligned", "the cut generation re-tokenizes its prompt differently")
+            return prefix_ids, prefix_offsets, len(prefix_ids), True
+        cut = max(cut, first + 1)
+        return input_ids[:cut], offsets[:cut], cut, False
 
     def _verify_turn(
         self, text, input_ids, loss_mask, offsets, messages, index, first, end, final_turn: bool, closed: bool

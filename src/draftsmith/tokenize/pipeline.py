@@ -9,33 +9,32 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import sys
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, Field
-
-from draftsmith.core.config import cli
 from draftsmith.core.errors import DraftsmithError, InputError
 from draftsmith.core.manifest import MANIFEST_NAME, check_manifest, set_complete, tokenizer_fingerprint
 from draftsmith.core.paths import require_output_dir
 from draftsmith.core.io import write_json_atomic
 from draftsmith.core.lock import lock_directory
+from draftsmith.core.signals import ignore_interrupts_in_worker
 from draftsmith.core.progress import Progress
+from draftsmith.tokenize.config import TokenizeOptions, TokenizeSummary
 from draftsmith.tokenize.masking import POLICY_REASONS, ChatMasker, MaskedRow, MaskerConfig, RowDropped
-from draftsmith.data.conversation import parse_conversation
-from draftsmith.data.generated import engine_fields
+from draftsmith.data.conversation import conversation_from_row
+from draftsmith.data.generated import INCOMPLETE_ANSWER, engine_fields, incomplete_answer
 from draftsmith.data.sources import Record, count_records, iter_records, resolve
 from draftsmith.data.tokenized import SUMMARY_NAME, ShardWriter, prepare_output_dir, written_ids
 
 EXAMPLES_PER_REASON = 3
-# A row this long is not a training sample but a mistake (a whole file pasted into a turn), and
-# tokenizing it with offsets costs ~200x its size in memory: 50 MB took 10 GB.
-DEFAULT_MAX_ROW_BYTES = 16 * 1024 * 1024
 # Give up early when a template cannot mask anything: no point tokenizing a million rows to drop them.
 FAIL_FAST_ROWS = 256
 
@@ -48,148 +47,6 @@ class TokenizeError(DraftsmithError):
         self.summary = summary
 
 
-class TokenizeOptions(BaseModel):
-    """How to tokenize; every field has a CLI flag of the same name."""
-
-    train_turns: Literal["final", "all"] = Field("final", description="assistant turns to train")
-    length_policy: Literal["drop", "keep"] = Field("drop", description="rows with finish_reason 'length'")
-    max_length: int | None = Field(default=None, ge=2, description="maximum tokens per row")
-    overflow: Literal["drop", "truncate"] = Field("drop", description="rows longer than --max-length")
-    verify_share: float = Field(default=1.0, ge=0.0, le=1.0, description="share of rows whose mask is verified by decoding")
-    use_engine_token_ids: Annotated[bool, cli("--engine-token-ids/--no-engine-token-ids")] = Field(
-        True, description="use prompt/completion token ids from the engine when present"
-    )
-    use_generation_markers: Annotated[bool, cli("--generation-markers/--no-generation-markers")] = Field(
-        True, description="use {% generation %} markers when the template has them"
-    )
-    end_of_turn_tokens: Annotated[list[str], cli("--end-of-turn", split=False)] = Field(
-        default_factory=list, description="extra end-of-turn token(s) besides the eos ids; repeatable"
-    )
-    chat_template_kwargs: Annotated[dict[str, Any], cli("--template-arg")] = Field(
-        default_factory=dict, description="chat template kwarg KEY=VALUE (JSON value); repeatable"
-    )
-    workers: int | None = Field(default=None, ge=1, description="worker processes (default: CPU count)")
-    chunk_size: int = Field(default=256, ge=1, description="rows per worker task (amortizes the IPC per row)")
-    rows_per_shard: int = Field(default=10_000, ge=1)
-    overwrite: bool = Field(False, description="replace shards an earlier run left in --out")
-    resume: bool = Field(False, description="keep shards an earlier run left in --out and skip their ids")
-    max_error_share: float = Field(
-        default=0.01, ge=0.0, le=1.0, description="fail when more than this share of rows cannot be masked"
-    )
-    progress: bool = Field(True, description="show a progress bar")
-    split: str | None = Field(None, description="DatasetDict split to read (default: train, else the only one)")
-    force_resume: bool = Field(False, description="resume into --out although it was written with other settings")
-    max_row_bytes: int | None = Field(
-        DEFAULT_MAX_ROW_BYTES, ge=1, description="JSONL rows longer than this are dropped unread (counted as row_too_large)"
-    )
-
-    def output_settings(self) -> dict[str, Any]:
-        """The options that shape the rows (a resume with others would mix two datasets)."""
-        keys = ("train_turns", "length_policy", "max_length", "overflow", "use_engine_token_ids",
-                "use_generation_markers", "end_of_turn_tokens", "chat_template_kwargs")  # fmt: skip
-        return self.model_dump(mode="json", include=set(keys))
-
-    def masker_config(self) -> MaskerConfig:
-        return MaskerConfig(
-            train_turns=self.train_turns,
-            length_policy=self.length_policy,
-            max_length=self.max_length,
-            overflow=self.overflow,
-            verify_share=self.verify_share,
-            use_engine_token_ids=self.use_engine_token_ids,
-            use_generation_markers=self.use_generation_markers,
-            end_of_turn_tokens=tuple(self.end_of_turn_tokens),
-            chat_template_kwargs=tuple(sorted(self.chat_template_kwargs.items())),
-        )
-
-
-class TokenizeConfig(TokenizeOptions):
-    """A whole `draftsmith tokenize` run: what to read, with which tokenizer, where to write, and how."""
-
-    inputs: Annotated[list[Path], cli(positional=True)] = Field(
-        description="conversation rows: JSONL/Parquet/Arrow files, dirs of them, or datasets dirs"
-    )
-    tokenizer: Annotated[str, cli("--tokenizer", "-t")] = Field(
-        description="target model or tokenizer dir (its chat template is used)"
-    )
-    out: Annotated[Path, cli("--out", "-o")] = Field(description="output directory for part-NNNNN.parquet shards")
-
-    def options(self) -> TokenizeOptions:
-        return TokenizeOptions.model_validate(self.model_dump(include=set(TokenizeOptions.model_fields)))
-
-
-class TokenizeSummary(BaseModel):
-    """What a tokenize run read, wrote and dropped (also written as `tokenize_summary.json`)."""
-
-    kind: str = "draftsmith.tokenize"
-    version: int = 1
-    output_dir: str
-    tokenizer: str
-    inputs: list[str]
-    input_rows: int = 0
-    written: int = 0
-    previously_written: int = 0
-    skipped_already_written: int = 0
-    dropped: dict[str, int] = Field(default_factory=dict)
-    errors: int = 0
-    by_method: dict[str, int] = Field(default_factory=dict)
-    verified: int = 0
-    truncated: int = 0
-    kept_length: int = 0
-    end_of_turn_appended: int = 0
-    total_tokens: int = 0
-    trainable_tokens: int = 0
-    shards: list[str] = Field(default_factory=list)
-    elapsed_s: float = 0.0
-    samples_per_s: float = 0.0
-    options: dict[str, Any] = Field(default_factory=dict)
-    examples: dict[str, list[str]] = Field(default_factory=dict)
-
-    @property
-    def dropped_total(self) -> int:
-        return sum(self.dropped.values())
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
-
-    def render(self, console) -> None:
-        """Print the counts as a rich table, one example per drop reason, and the verdict."""
-        from rich.table import Table
-
-        table = Table(title=f"tokenize -> {self.output_dir}", show_header=True)
-        table.add_column("what")
-        table.add_column("rows", justify="right")
-        table.add_row("input rows", str(self.input_rows))
-        if self.previously_written:
-            table.add_row("already in the output (resumed)", str(self.skipped_already_written))
-        table.add_row("written", str(self.written))
-        for method, count in sorted(self.by_method.items()):
-            table.add_row(f"  built by {method}", str(count))
-        table.add_row("  verified by decoding", str(self.verified))
-        if self.truncated:
-            table.add_row("  truncated to max length", str(self.truncated))
-        if self.kept_length:
-            table.add_row("  finish_reason length, kept", str(self.kept_length))
-        if self.end_of_turn_appended:
-            table.add_row("  end-of-turn appended to engine ids", str(self.end_of_turn_appended))
-        for reason, count in sorted(self.dropped.items()):
-            table.add_row(f"dropped: {reason}", str(count))
-        console.print(table)
-        for reason, examples in sorted(self.examples.items()):
-            for example in examples[:1]:
-                console.print(f"  e.g. {reason}: {example}", markup=False, highlight=False)
-        console.print(self.verdict(), markup=False, highlight=False)
-
-    def verdict(self) -> str:
-        drops = ", ".join(f"{reason} {count}" for reason, count in sorted(self.dropped.items())) or "none"
-        share = self.trainable_tokens / self.total_tokens if self.total_tokens else 0.0
-        resumed = f" (resumed: {self.previously_written} rows were already there)" if self.previously_written else ""
-        return (
-            f"wrote {self.written} of {self.input_rows} rows{resumed} in {len(self.shards)} shard(s), "
-            f"{self.total_tokens} tokens ({share:.1%} trained); dropped: {drops}"
-        )
-
-
 @dataclass
 class ChunkResult:
     rows: list[MaskedRow] = field(default_factory=list)
@@ -197,12 +54,27 @@ class ChunkResult:
     skipped: int = 0  # already in the output (resume)
 
 
+_PR_SET_PDEATHSIG = 1
 _WORKER_MASKER: ChatMasker | None = None
 _WORKER_SKIP_IDS: frozenset[str] = frozenset()
 
 
-def _init_worker(tokenizer_path: str, config: MaskerConfig, skip_ids: frozenset[str]) -> None:
+def _die_with_parent(parent: int) -> None:
+    """A worker must not outlive the run that started it (it would hold the output directory's
+    lock and keep computing for nobody): on Linux the kernel kills it when the parent dies."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the kernel was told
+        os._exit(1)
+
+
+def _init_worker(tokenizer_path: str, config: MaskerConfig, skip_ids: frozenset[str], parent: int) -> None:
     global _WORKER_MASKER, _WORKER_SKIP_IDS
+    ignore_interrupts_in_worker()  # the parent stops the pool on Ctrl-C/SIGTERM (core.signals)
+    _die_with_parent(parent)
     _WORKER_SKIP_IDS = skip_ids
     # The worker processes are the parallelism; tokenizers' own threads would oversubscribe.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
@@ -212,12 +84,23 @@ def _init_worker(tokenizer_path: str, config: MaskerConfig, skip_ids: frozenset[
 def masker_row(record: Record) -> dict[str, Any]:
     """The row the masker builds from: a checked conversation (an assistant turn has
     ``reasoning_content`` only when it carries reasoning, "" for an empty think block), its tools
-    and engine fields."""
-    conversation = parse_conversation(record)
+    and engine fields. A row whose final answer is not complete (`data.generated.incomplete_answer`:
+    a cut-off stream's ``finish_reason: null``, null or non-text content) is `RowDropped`."""
+    decoded = record.parse()
+    if record.columnar and isinstance(decoded, dict) and decoded.get("finish_reason") is None and not (
+        decoded.get("completion_token_ids") is not None or decoded.get("prompt_token_ids") is not None
+    ):
+        # A table gives every row the column; without engine ids a null there is a plain row's absent field.
+        decoded = {key: value for key, value in decoded.items() if key != "finish_reason"}
+    why = incomplete_answer(decoded)
+    if why is not None:
+        raise RowDropped(INCOMPLETE_ANSWER, why)
+    conversation = conversation_from_row(decoded, record.where)
     return {
         "id": conversation.id,
         "messages": conversation.messages,
         "tools": conversation.tools,
+        "unclosed_think": conversation.unclosed_think,
         **engine_fields(conversation),
         "where": record.where,
     }
@@ -234,7 +117,11 @@ def process_chunk(
         if record.oversized is not None:
             result.drops.append(("row_too_large", "?", record.where, f"{record.oversized:,} bytes"))
             continue
-        row = masker_row(record)  # InputError propagates: malformed input stops the run
+        try:
+            row = masker_row(record)  # InputError propagates: malformed input stops the run
+        except RowDropped as dropped:
+            result.drops.append((dropped.reason, _raw_id(record), record.where, dropped.detail))
+            continue
         if row["id"] in skip_ids:
             result.skipped += 1
             continue
@@ -245,6 +132,12 @@ def process_chunk(
         except RowDropped as dropped:
             result.drops.append((dropped.reason, row["id"], record.where, dropped.detail))
     return result
+
+
+def _raw_id(record: Record) -> str:
+    row = record.parse()
+    raw_id = row.get("id") if isinstance(row, dict) else None
+    return str(raw_id) if isinstance(raw_id, (str, int)) and raw_id != "" else "?"
 
 
 def _chunked(records: Iterable[Record], size: int) -> Iterator[list[Record]]:
@@ -272,10 +165,59 @@ def _start_pool(tokenizer_path: str, config: MaskerConfig, workers: int, skip_id
         max_workers=workers,
         mp_context=multiprocessing.get_context(method),
         initializer=_init_worker,
-        initargs=(tokenizer_path, config, skip_ids),  # fork: the id set is inherited, not copied
+        initargs=(tokenizer_path, config, skip_ids, os.getpid()),  # fork: the id set is inherited, not copied
     )
-    pool.submit(int).result()  # with fork, the first submit starts every worker
+    try:
+        pool.submit(int).result()  # with fork, the first submit starts every worker
+    except BaseException:
+        _stop_pool(pool)
+        raise
     return pool
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Stop the workers now (an interrupt): running chunks are abandoned, a resume redoes them."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        with contextlib.suppress(OSError, ValueError, AttributeError, AssertionError):
+            process.join(5)
+            if process.is_alive():
+                process.kill()
+                process.join(5)
+
+
+@contextlib.contextmanager
+def _pool_lifetime(pool: ProcessPoolExecutor | None) -> Iterator[None]:
+    """Workers end with the run: shut down normally after success or a data error, stopped at once
+    on Ctrl-C or SIGTERM (which then ends the run like Ctrl-C: exit 130, lock released, resumable)."""
+    if pool is None:
+        yield
+        return
+    previous = None
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        # TODO(core): the CLI's one SIGTERM handler makes this a no-op once it is installed.
+        previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        yield
+    except BaseException as error:
+        if isinstance(error, Exception):
+            pool.shutdown(wait=True, cancel_futures=True)
+        else:
+            _stop_pool(pool)
+        raise
+    else:
+        pool.shutdown(wait=True, cancel_futures=True)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _sigterm_as_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _run_chunks(
@@ -332,7 +274,9 @@ def _tokenize_dataset(
     if not existing:  # nothing kept from an earlier run: its settings do not matter
         (output / MANIFEST_NAME).unlink(missing_ok=True)
     settings = {"tokenizer": tokenizer_fingerprint(tokenizer_path), **options.output_settings()}
-    check_manifest(output, "tokenize", settings, force=options.force_resume)
+    manifest = check_manifest(output, "tokenize", settings, force=options.force_resume)
+    # The template record travels with the data: train copies it into the drafter's config.
+    write_json_atomic(output / MANIFEST_NAME, {**manifest, "template": masker.template_record()})
     set_complete(output, False)  # until the summary is written; train refuses the shards before
     skip_ids = frozenset(written_ids(output, existing))
     workers = options.workers or max(1, min(os.cpu_count() or 1, 8))
@@ -361,8 +305,7 @@ def _tokenize_dataset(
 
     pool = _start_pool(tokenizer_path, options.masker_config(), workers, skip_ids)
     with contextlib.ExitStack() as stack:
-        if pool is not None:
-            stack.callback(pool.shutdown, wait=True, cancel_futures=True)
+        stack.enter_context(_pool_lifetime(pool))
         progress = stack.enter_context(Progress("tokenize", total, unit="rows", enabled=options.progress))
         chunks = _chunked(iter_records(paths, options.max_row_bytes), options.chunk_size)
         for result in _run_chunks(chunks, pool, masker, workers, skip_ids):

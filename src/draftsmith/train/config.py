@@ -10,9 +10,9 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Beta = Annotated[float, Field(ge=0, lt=1)]
-
 from draftsmith.core.config import DType, StorageDType, cli
+
+Beta = Annotated[float, Field(ge=0, lt=1)]
 
 
 _PANELS = {
@@ -31,7 +31,7 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     # `train --help` shows the flags in these groups (their names stay flat: --lr, --save-every, ...).
-    help_panels: ClassVar[dict[str, str]] = {name: panel for panel, names in _PANELS.items() for name in names}
+    cli_panels: ClassVar[dict[str, tuple[str, ...]]] = _PANELS
 
     target: Path = Field(description="target model directory (Hugging Face format)")
     data: Path = Field(description="tokenized dataset (Parquet shards with input_ids/loss_mask)")

@@ -87,10 +87,14 @@ def barrier(context: DistributedContext) -> None:
 
 
 def parameter_checksum(module: torch.nn.Module) -> float:
-    """A position-sensitive digest of the parameters; equal on every rank when DDP kept them in sync."""
+    """A position-sensitive digest of the parameters; equal on every rank when DDP kept them in sync
+    (under FSDP the whole parameters are gathered first, so every rank must call it)."""
     total = torch.zeros((), dtype=torch.float64)
     for index, parameter in enumerate(module.parameters()):
-        values = parameter.detach().to("cpu", torch.float64).flatten()
+        values = parameter.detach()
+        if hasattr(values, "full_tensor"):  # an FSDP2 shard (DTensor): gathered, collective on every rank
+            values = values.full_tensor()
+        values = values.to("cpu", torch.float64).flatten()
         ramp = torch.linspace(1.0, 2.0, values.numel(), dtype=torch.float64)
         total += (index + 1) * (values * ramp).sum()
     return float(total)

@@ -122,13 +122,14 @@ def extract_features(
 def _extract(settings: ExtractConfig, started: float, echo) -> ExtractResult:
     from draftsmith.model import extract_target_features
     from draftsmith.train.distributed import resolve_device
-    from draftsmith.train.target import load_target_config, load_target_model
+    from draftsmith.model.target import load_target_config, load_target_model, weight_files
 
     target, out, dtype = settings.target, settings.out, settings.dtype
     data, num_features, target_layer_ids = settings.data, settings.num_features, settings.target_layer_ids
     max_length, batch_size, samples_per_shard = settings.max_length, settings.batch_size, settings.samples_per_shard
     device, force, progress = settings.device, settings.force, settings.progress
     target_config = load_target_config(target)
+    weight_files(target)  # a truncated or corrupt download is named before the data is read
     require_complete(data, "the tokenized set", "rerun `draftsmith tokenize --resume` to finish it")
     dataset = load_tokenized(data, max_length=max_length)
     check_vocabulary(dataset, target_config.vocab_size)

@@ -99,8 +99,8 @@ class DrafterTrainer:
     def __init__(self, config: TrainConfig, context: DistributedContext, dataset: TokenizedDataset, template: dict | None = None):
         from draftsmith.model import DFlashDraftModel, build_drafter_config
         from draftsmith.model.block_attention import choose_attention
+        from draftsmith.model.target import load_embedding_and_head, load_target_config, load_target_model
         from draftsmith.train.extract import mask_token_id_for
-        from draftsmith.train.target import load_embedding_and_head, load_target_config, load_target_model
 
         self.config, self.context, self.device, self.dataset = config, context, context.device, dataset
         compute = config.dtype if config.dtype != "auto" else ("bfloat16" if self.device.type == "cuda" else "float32")

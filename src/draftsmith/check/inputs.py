@@ -1,0 +1,144 @@
+"""What `check` reads: the export's config and tensor shapes, the target's config, tokenizer and heads.
+
+Everything here is read without building a model: shapes come from the safetensors headers, and
+only the few target tensors a comparison needs are loaded.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from draftsmith.core.errors import InputError
+
+
+def _read_config(path: Path, what: str) -> dict[str, Any]:
+    config_path = path / "config.json"
+    if not path.is_dir():
+        raise InputError(f"{path}: {what} directory not found")
+    if not config_path.is_file():
+        raise InputError(f"{config_path}: not found ({what} directories hold a config.json)")
+    try:
+        raw = json.loads(config_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise InputError(f"{config_path}: not valid JSON ({error})") from None
+    if not isinstance(raw, dict):
+        raise InputError(f"{config_path}: expected a JSON object")
+    return raw
+
+
+def _tensor_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
+    from safetensors import SafetensorError, safe_open
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                for name in handle.keys():
+                    shapes[name] = tuple(handle.get_slice(name).get_shape())
+        except (SafetensorError, OSError) as error:
+            raise InputError(f"{file}: not a readable safetensors file ({error})") from None
+    return shapes
+
+
+def _load_tensor(files: list[Path], names: tuple[str, ...]):
+    from safetensors import safe_open
+
+    for file in files:
+        with safe_open(str(file), framework="pt") as handle:
+            keys = set(handle.keys())
+            for name in names:
+                if name in keys:
+                    return handle.get_tensor(name)
+    return None
+
+
+HEAD_NAMES = ("lm_head.weight", "model.lm_head.weight")
+EMBED_NAMES = ("model.embed_tokens.weight", "embed_tokens.weight", "model.language_model.embed_tokens.weight")
+
+
+@dataclass
+class ExportView:
+    path: Path
+    raw: dict[str, Any]
+    shapes: dict[str, tuple[int, ...]]
+    files: list[Path]
+    readme: str | None = None
+
+    @classmethod
+    def read(cls, path: str | Path) -> ExportView:
+        path = Path(path)
+        raw = _read_config(path, "export")
+        files = sorted(path.glob("*.safetensors"))
+        if not files:
+            raise InputError(f"{path}: no *.safetensors weights next to config.json")
+        readme = path / "README.md"
+        return cls(path, raw, _tensor_shapes(files), files, readme.read_text(errors="replace") if readme.is_file() else None)
+
+    @property
+    def flash(self) -> dict[str, Any]:
+        value = self.raw.get("dflash_config")
+        return value if isinstance(value, dict) else {}
+
+    def value(self, name: str, default: Any = None) -> Any:
+        """A DFlash field the way the reference and engines read it: dflash_config first, then top level."""
+        return self.flash.get(name, self.raw.get(name, default))
+
+    @cached_property
+    def parsed(self):
+        """The config as transformers (and so the reference and SGLang) parse it."""
+        from transformers import Qwen3Config
+
+        return Qwen3Config.from_dict(self.raw)
+
+    def tensor(self, names: tuple[str, ...]):
+        return _load_tensor(self.files, names)
+
+
+@dataclass
+class TargetView:
+    path: Path
+    raw: dict[str, Any]
+    files: list[Path] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, path: str | Path) -> TargetView:
+        path = Path(path)
+        raw = _read_config(path, "target")
+        return cls(path, raw, sorted(path.glob("*.safetensors")))
+
+    @cached_property
+    def config(self):
+        from transformers import AutoConfig
+
+        try:
+            config = AutoConfig.from_pretrained(str(self.path))
+        except Exception as error:  # an unknown model_type or a malformed field
+            raise InputError(f"{self.path / 'config.json'}: transformers cannot read it ({error})") from None
+        return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+    @cached_property
+    def tokenizer(self):
+        """The target's tokenizer, or None when the directory has none."""
+        from transformers import AutoTokenizer
+
+        try:
+            return AutoTokenizer.from_pretrained(str(self.path))
+        except Exception:
+            return None
+
+    @property
+    def tied(self) -> bool:
+        return bool(getattr(self.config, "tie_word_embeddings", False))
+
+    def embeddings(self):
+        return _load_tensor(self.files, EMBED_NAMES)
+
+    def lm_head(self):
+        """The target's output head as engines build it: the embedding table when tied."""
+        if self.tied:
+            return self.embeddings()
+        return _load_tensor(self.files, HEAD_NAMES)

@@ -1,0 +1,348 @@
+"""The static checks: every cause of "good training metrics, poor served acceptance" a config shows.
+
+Each check takes the export and the target and returns findings; none builds a model. The known
+causes (issue trackers of SpecForge, z-lab/dflash, vLLM speculators): target-layer ids off by one
+or on the last layer, another feature definition, a mask token outside the vocabulary, a random or
+untied LM head, RoPE or sliding-window settings that differ, shapes of another target, and a block
+size the engine is told wrongly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from draftsmith.check.config import CheckConfig, Finding, Severity
+from draftsmith.check.inputs import EMBED_NAMES, HEAD_NAMES, ExportView, TargetView
+from draftsmith.core.errors import InputError
+
+
+def _finding(check: str, field: str, found: Any, expected: Any, fix: str, severity: Severity = "error") -> Finding:
+    return Finding(check=check, field=field, found=str(found), expected=str(expected), fix=fix, severity=severity)
+
+
+def _int_list(value: Any) -> list[int] | None:
+    if isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        return list(value)
+    return None
+
+
+def check_layers(export: ExportView, target: TargetView, config: CheckConfig) -> list[Finding]:
+    from draftsmith.model.config import default_target_layer_ids
+
+    layers = int(target.config.num_hidden_layers)
+    found: list[Finding] = []
+    declared = export.raw.get("num_target_layers")
+    if declared != layers:
+        found.append(_finding("layers", "num_target_layers", declared, f"{layers} (the target's decoder layers)",
+                              "the drafter was made for another target; retrain it for this one"))
+    ids = _int_list(export.value("target_layer_ids"))
+    if not ids:
+        return found + [_finding("layers", "dflash_config.target_layer_ids", export.value("target_layer_ids"),
+                                 "a non-empty list of layer indices", "re-export with draftsmith export")]
+    suggestion = default_target_layer_ids(layers, len(ids))
+    retrain = f"retrain with --target-layer-ids {','.join(map(str, suggestion))} (draftsmith's default here)"
+    outside = [i for i in ids if not 0 <= i < layers]
+    if outside:
+        found.append(_finding("layers", "dflash_config.target_layer_ids", ids,
+                              f"indices in 0..{layers - 1} (the target has {layers} layers); {outside} are outside",
+                              f"an aux-layer offset shifted them; {retrain}"))
+    elif layers - 1 in ids:
+        found.append(_finding(
+            "layers", "dflash_config.target_layer_ids", ids, f"below {layers - 1}, the target's last decoder layer",
+            "SGLang crashes on the last layer and the reference dflash reads it after the final norm while vLLM "
+            f"reads it before (the last hidden state taken one layer late); {retrain}"))
+    if len(set(ids)) != len(ids):
+        found.append(_finding("layers", "dflash_config.target_layer_ids", ids, "distinct layers",
+                              f"repeated layers waste the fc input; {retrain}", "warning"))
+    fc = export.shapes.get("fc.weight")
+    hidden = int(target.config.hidden_size)
+    if fc is not None and fc != (hidden, len(ids) * hidden):
+        found.append(_finding("layers", "fc.weight shape", list(fc), [hidden, len(ids) * hidden],
+                              f"fc takes {len(ids)} features x hidden {hidden}: target_layer_ids does not match the "
+                              "weights; restore the config the drafter was trained with"))
+    return found
+
+
+def check_feature_definition(export: ExportView, target: TargetView, config: CheckConfig) -> list[Finding]:
+    from draftsmith.model.config import FEATURE_DEFINITION
+
+    definition = export.flash.get("feature_definition")
+    if definition == FEATURE_DEFINITION:
+        return []
+    ids = _int_list(export.value("target_layer_ids")) or []
+    last = int(target.config.num_hidden_layers) - 1
+    if definition is None:
+        if last in ids:
+            return [_finding("feature", "dflash_config.feature_definition", "missing (trained before it was recorded)",
+                             repr(FEATURE_DEFINITION),
+                             f"the drafter learned layer {last} after the final norm, engines serve it before; retrain")]
+        return [_finding("feature", "dflash_config.feature_definition", "missing", repr(FEATURE_DEFINITION),
+                         "no effect below the last layer; re-export with this draftsmith to record it", "note")]
+    return [_finding("feature", "dflash_config.feature_definition", repr(definition), repr(FEATURE_DEFINITION),
+                     "engines feed each layer's output before the final norm; retrain on that feature")]
+
+
+def check_mask_token(export: ExportView, target: TargetView, config: CheckConfig) -> list[Finding]:
+    from draftsmith.model.config import MASK_TOKEN
+
+    mask = export.value("mask_token_id")
+    vocab = int(target.config.vocab_size)
+    if not isinstance(mask, int) or isinstance(mask, bool) or not 0 <= mask < vocab:
+        return [_finding("mask", "dflash_config.mask_token_id", mask,
+                         f"an id inside the target's embedding table (0..{vocab - 1})",
+                         "set it to the target tokenizer's <|MASK|> id (draftsmith.model.ensure_mask_token)")]
+    tokenizer = target.tokenizer
+    if tokenizer is None:
+        return [_finding("mask", "dflash_config.mask_token_id", mask, f"{MASK_TOKEN} of the target tokenizer",
+                         "the target has no tokenizer to confirm it; add one", "warning")]
+    from draftsmith.model.features import mask_token_id
+
+    expected = mask_token_id(tokenizer)
+    if expected is not None and expected != mask:
+        shown = tokenizer.convert_ids_to_tokens(mask) if mask < len(tokenizer) else "an untrained row"
+        return [_finding("mask", "dflash_config.mask_token_id", f"{mask} ({shown!r})",
+                         f"{expected} ({MASK_TOKEN} in the target tokenizer)",
+                         f"set dflash_config.mask_token_id to {expected}, the id the drafter was trained with")]
+    if expected is None and mask < len(tokenizer):
+        token = tokenizer.convert_ids_to_tokens(mask)
+        return [_finding("mask", "dflash_config.mask_token_id", f"{mask} ({token!r}, a real token)",
+                         f"{MASK_TOKEN} (absent from the target tokenizer) or a padded row >= {len(tokenizer)}",
+                         "train with a dedicated mask token (ensure_mask_token)", "warning")]
+    return []
+
+
+def _max_diff(a, b) -> float:
+    return float((a.float() - b.float()).abs().max())
+
+
+def _head_finding(field: str, ours, theirs, what: str) -> Finding | None:
+    if theirs is None:
+        return _finding("heads", field, f"shipped {list(ours.shape)}", f"absent or equal to the target's {what}",
+                        f"the target's {what} is missing from its weights; remove {field} from the export", "warning")
+    if tuple(ours.shape) != tuple(theirs.shape):
+        return _finding("heads", field, f"shape {list(ours.shape)}", f"the target's {what} {list(theirs.shape)}",
+                        f"vLLM uses a drafter's own {what}; remove {field} from model.safetensors")
+    diff = _max_diff(ours, theirs)
+    if diff > 0:
+        return _finding("heads", field, f"different from the target's {what} (max |diff| {diff:.3g})",
+                        f"absent, or equal to the target's {what}",
+                        f"vLLM and SGLang use a drafter's own {what} when it ships one; remove {field} from "
+                        "model.safetensors (draftsmith export writes none)")
+    return None
+
+
+def check_heads(export: ExportView, target: TargetView, config: CheckConfig) -> list[Finding]:
+    found = []
+    head, embed = export.tensor(HEAD_NAMES), export.tensor(EMBED_NAMES)
+    if head is not None:
+        finding = _head_finding("lm_head.weight", head, target.lm_head(),
+                                "lm_head" + (" (tied: its embedding table)" if target.tied else ""))
+        found += [finding] if finding else []
+    if embed is not None:
+        finding = _head_finding("embed_tokens.weight", embed, target.embeddings(), "embedding table")
+        found += [finding] if finding else []
+    tie = bool(export.raw.get("tie_word_embeddings", False))
+    if tie != target.tied:
+        ships = head is not None or embed is not None
+        found.append(_finding(
+            "heads", "tie_word_embeddings", str(tie).lower(), f"{str(target.tied).lower()} (the target's)",
+            "an engine that ties the drafter's head to its embeddings scores with the embedding table, not the "
+            f"target's {'lm_head' if not target.tied else 'tied head'}; set it to the target's value",
+            "error" if ships else "warning"))
+    return found
+
+
+def _rope(config) -> dict[str, Any]:
+    params = dict(getattr(config, "rope_parameters", None) or {})
+    if "rope_theta" not in params and getattr(config, "rope_theta", None) is not None:
+        params["rope_theta"] = config.rope_theta
+    params.setdefault("rope_type", "default")
+    factor = params.pop("partial_rotary_factor", None) or getattr(config, "partial_rotary_factor", None) or 1.0
+    params["partial_rotary_factor"] = float(factor)
+    return params
+
+
+def check_rope(export: ExportView, target: TargetView, config: CheckConfig) -> list[Finding]:
+    ours, theirs = _rope(export.parsed), _rope(target.config)
+    found = []
+    for key in sorted(set(ours) | set(theirs)):
+        if ours.get(key) != theirs.get(key) and not (
+            isinstance(ours.get(key), (int, float)) and isinstance(theirs.get(key), (int, float))
+            and float(ours[key]) == float(theirs[key])
+        ):
+            field = "partial_rotary_factor" if key == "partial_rotary_factor" else f"rope_parameters.{key}"
+            found.append(_finding("rope", field, ours.get(key), f"{theirs.get(key)} (the target's)",
+                                  "context keys are rotated at other angles than the target's; copy the target's RoPE "
+                                  "settings into config.json (train with the target the drafter is served with)"))
+    legacy = export.raw.get("rope_theta")
+    theta = theirs.get("rope_theta")
+    if legacy is not None and theta is not None and float(legacy) != float(theta):
+        found.append(_finding("rope", "rope_theta", legacy, f"{theta} (the target's)",
+                              "engines on transformers 4.x read this legacy key; set it to the target's theta"))
+    if "rope_scaling" in export.raw:
+        scaling = export.raw["rope_scaling"] or None
+        if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type", "default")) == "default":
+            scaling = None
+        wanted = {k: v for k, v in theirs.items() if k not in ("rope_theta", "partial_rotary_factor")}
+        wanted_legacy = wanted if wanted.get("rope_type", "default") != "default" else None
+        if scaling != wanted_legacy:
+            found.append(_finding("rope", "rope_scaling", scaling, f"{wanted_legacy} (the target's)",
+                                  "engines on transformers 4.x read this legacy key; set it to the target's scaling"))
+    return found
+
+
+def check_sliding_window(export: ExportView, target: TargetView, config: CheckConfig) -> list[Finding]:
+    raw = export.raw
+    layer_types = raw.get("layer_types") or []
+    sliding = [i for i, kind in enumerate(layer_types) if kind == "sliding_attention"]
+    use_swa = bool(export.flash.get("use_swa", False))
+    if not sliding and not use_swa:
+        return []
+    window = export.flash.get("swa_window_size", raw.get("sliding_window"))
+    found = []
+    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        found.append(_finding("sliding_window", "sliding_window", window,
+                              f"the window the drafter was trained with (layers {sliding or 'all'} are sliding)",
+                              "restore sliding_window; without it engines refuse the drafter or serve full attention, "
+                              "a cliff past the window"))
+    elif sliding and raw.get("use_sliding_window") is False:
+        found.append(_finding("sliding_window", "use_sliding_window", "false", "true",
+                              f"transformers drops sliding_window ({window}) when use_sliding_window is false, so "
+                              "the reference and SGLang serve these layers without a window; set it to true"))
+    found.append(_finding("sliding_window", "layer_types", f"sliding layers {sliding or 'all'}", "full_attention",
+                          "draftsmith trains and evaluates full attention only: in-process tau does not predict "
+                          "this drafter's served tau", "warning"))
+    return found
+
+
+_SHAPE_FIELDS = ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size")
+
+
+def check_shapes(export: ExportView, target: TargetView, config: CheckConfig) -> list[Finding]:
+    found = []
+    theirs = target.config
+    for name in _SHAPE_FIELDS:
+        mine, wanted = export.raw.get(name), getattr(theirs, name, None)
+        if name == "head_dim" and wanted is None:
+            wanted = theirs.hidden_size // theirs.num_attention_heads
+        if mine != wanted:
+            found.append(_finding("shapes", name, mine, f"{wanted} (the target's)",
+                                  "the drafter was made for another target; retrain it for this one"))
+    eps, wanted_eps = export.raw.get("rms_norm_eps"), getattr(theirs, "rms_norm_eps", None)
+    if eps is not None and wanted_eps is not None and float(eps) != float(wanted_eps):
+        found.append(_finding("shapes", "rms_norm_eps", eps, wanted_eps, "copy the target's rms_norm_eps", "warning"))
+    if found:
+        return found
+    hidden, heads, kv = export.raw["hidden_size"], export.raw["num_attention_heads"], export.raw["num_key_value_heads"]
+    head_dim = export.raw["head_dim"]
+    expected = {"q_proj": (heads * head_dim, hidden), "k_proj": (kv * head_dim, hidden),
+                "v_proj": (kv * head_dim, hidden), "o_proj": (hidden, heads * head_dim)}
+    count = export.raw.get("num_hidden_layers")
+    present = {int(m.group(1)) for m in (re.match(r"layers\.(\d+)\.", n) for n in export.shapes) if m}
+    if present != set(range(count or 0)):
+        found.append(_finding("shapes", "num_hidden_layers", count, f"{len(present)} (layers in model.safetensors)",
+                              "restore the config the drafter was trained with"))
+    for index in sorted(present):
+        for proj, shape in expected.items():
+            name = f"layers.{index}.self_attn.{proj}.weight"
+            if name in export.shapes and export.shapes[name] != shape:
+                found.append(_finding("shapes", f"{name} shape", list(export.shapes[name]), list(shape),
+                                      "the weights belong to another config; restore it"))
+    return found
+
+
+def check_block_size(export: ExportView, target: TargetView, config: CheckConfig) -> list[Finding]:
+    top, nested = export.raw.get("block_size"), export.flash.get("block_size")
+    block = nested if nested is not None else top
+    if not isinstance(block, int) or isinstance(block, bool) or block < 2:
+        return [_finding("block", "block_size", block, "an integer >= 2", "restore the block size it was trained with")]
+    found = []
+    if top is not None and nested is not None and top != nested:
+        found.append(_finding("block", "block_size", f"{top} (top level) vs {nested} (dflash_config)", "one value",
+                              "engines read different fields; set both to the trained block size"))
+    readme = export.readme or ""
+    card = re.search(r'"num_speculative_tokens":\s*(\d+)', readme)
+    if card and int(card.group(1)) != block - 1:
+        found.append(_finding(
+            "block", "block_size", block, f"{int(card.group(1)) + 1} (the export's README serves "
+            f"num_speculative_tokens {card.group(1)})",
+            "config.json was edited after export; restore the block size the drafter was trained with"))
+    steps = config.num_speculative_tokens
+    if steps is not None and steps != block - 1:
+        found.append(_finding(
+            "block", "vLLM num_speculative_tokens", steps, f"{block - 1} (block_size - 1)",
+            f"serve with num_speculative_tokens {block - 1}; vLLM accepts more without complaint but the drafter "
+            f"never drafted past position {block - 1}" if steps > block - 1 else
+            "fewer verifies less per step; fine if meant", "error" if steps > block - 1 else "warning"))
+    drafts = config.sglang_draft_tokens
+    if drafts is not None and drafts != block:
+        found.append(_finding(
+            "block", "SGLang --speculative-num-draft-tokens", drafts, f"{block} (block_size)",
+            f"serve with --speculative-num-draft-tokens {block}", "error" if drafts > block else "warning"))
+    return found
+
+
+def template_sha256(text: str) -> str:
+    """The template hash tokenize records: sha256 of the chat template's UTF-8 text."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _serving_template(target: TargetView, config: CheckConfig) -> tuple[str | None, str]:
+    if config.chat_template is not None:
+        try:
+            return config.chat_template.read_text(encoding="utf-8"), str(config.chat_template)
+        except (OSError, UnicodeDecodeError) as error:
+            raise InputError(f"{config.chat_template}: cannot read the chat template ({error})") from None
+    tokenizer = target.tokenizer
+    template = getattr(tokenizer, "chat_template", None) if tokenizer is not None else None
+    if isinstance(template, dict):  # the rule tokenize hashes by: "default", else the first one
+        template = template.get("default", next(iter(template.values()), None))
+    return template, "the target tokenizer's"
+
+
+def check_template(export: ExportView, target: TargetView, config: CheckConfig) -> list[Finding]:
+    record = export.flash.get("template")
+    if not isinstance(record, dict):
+        return [_finding("template", "dflash_config.template", "not recorded", '{"sha256", "kwargs"} of training',
+                         "retrain with this draftsmith (tokenize records it, train and export carry it)", "note")]
+    found = []
+    text, source = _serving_template(target, config)
+    if text is not None and record.get("sha256") and template_sha256(text) != record["sha256"]:
+        found.append(_finding("template", "chat template sha256", f"{template_sha256(text)[:12]}... ({source})",
+                              f"{str(record['sha256'])[:12]}... (the template the drafter was trained on)",
+                              "serve with the training template (the engine's --chat-template) or retrain", "warning"))
+    trained = record.get("kwargs") or {}
+    serving = config.template_kwargs or {}
+    for key in sorted(set(trained) | set(serving)):
+        if trained.get(key) != serving.get(key):
+            why = (" (thinking on in training and off in serving, or the reverse: acceptance 25% vs 60% seen)"
+                   if key == "enable_thinking" else "")
+            found.append(_finding("template", f"chat_template_kwargs.{key}",
+                                  f"{serving.get(key, 'unset')} when serving", f"{trained.get(key, 'unset')} (training)",
+                                  f"send chat_template_kwargs {{{key!r}: {trained.get(key)!r}}}{why}", "warning"))
+    return found
+
+
+CHECKS: dict[str, Callable[[ExportView, TargetView, CheckConfig], list[Finding]]] = {
+    "layers": check_layers,
+    "feature": check_feature_definition,
+    "mask": check_mask_token,
+    "heads": check_heads,
+    "rope": check_rope,
+    "sliding_window": check_sliding_window,
+    "shapes": check_shapes,
+    "block": check_block_size,
+    "template": check_template,
+}
+
+
+def static_findings(export: ExportView, target: TargetView, config: CheckConfig) -> list[Finding]:
+    findings: list[Finding] = []
+    for check in CHECKS.values():
+        findings += check(export, target, config)
+    return findings
+

@@ -1,0 +1,193 @@
+"""`draftsmith check` on a real export: clean on the demo's, and every planted fault named (exit 1)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from draftsmith.check import template_sha256
+from draftsmith.cli import main
+
+
+def _edit_config(export: Path, **changes) -> dict:
+    config = json.loads((export / "config.json").read_text())
+    for key, value in changes.items():
+        if key.startswith("dflash_"):
+            config["dflash_config"][key.removeprefix("dflash_")] = value
+        elif value is None and key.startswith("drop_"):
+            config.pop(key.removeprefix("drop_"), None)
+        else:
+            config[key] = value
+    (export / "config.json").write_text(json.dumps(config, indent=2))
+    return config
+
+
+def _add_tensor(export: Path, name: str, tensor: torch.Tensor) -> None:
+    weights = load_file(str(export / "model.safetensors"))
+    weights[name] = tensor.contiguous()
+    save_file(weights, str(export / "model.safetensors"), metadata={"format": "pt"})
+
+
+def _target_tensor(target: Path, name: str) -> torch.Tensor:
+    return load_file(str(target / "model.safetensors"))[name]
+
+
+def _run(capsys, export: Path, target: Path, *extra: str) -> tuple[int, list[str]]:
+    code = main(["check", str(export), "--target", str(target), *extra])
+    captured = capsys.readouterr()
+    return code, captured.out.splitlines() + captured.err.splitlines()
+
+
+def test_the_demo_export_is_clean(small_demo, tiny_target_dir, capsys, dflash_reference):
+    good_export = Path(small_demo.export_dir)
+    code, lines = _run(capsys, good_export, tiny_target_dir)
+    assert code == 0, lines
+    assert not [line for line in lines if line.startswith("error:")]
+    assert any(line.startswith("check: clean") for line in lines)
+    block = json.loads((good_export / "config.json").read_text())["block_size"]
+    assert f"serve: block_size {block} -> vLLM num_speculative_tokens {block - 1}, SGLang " \
+           f"--speculative-num-draft-tokens {block}" in lines
+    assert any(line.startswith("parity: passed: block logits max |diff|") for line in lines), lines
+    assert main(["check", str(good_export), "--target", str(tiny_target_dir), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["kind"] == "draftsmith.check" and report["parity"]["status"] == "passed"
+    assert report["parity"]["max_abs_diff"] < 1e-4 and report["vllm_num_speculative_tokens"] == block - 1
+    assert not [f for f in report["findings"] if f["severity"] == "error"]
+
+
+def _shift(ids, by):
+    return [i + by for i in ids]
+
+
+def _plant_layers(export, target, by):
+    ids = json.loads((export / "config.json").read_text())["dflash_config"]["target_layer_ids"]
+    _edit_config(export, dflash_target_layer_ids=_shift(ids, by))
+
+
+def _plant_untied_head(export, target):
+    # An exporter that assumed a tied target: the embedding table shipped as the drafter's head.
+    _edit_config(export, tie_word_embeddings=True)
+    _add_tensor(export, "embed_tokens.weight", _target_tensor(target, "model.embed_tokens.weight"))
+
+
+def _plant_random_head(export, target):
+    head = _target_tensor(target, "lm_head.weight")
+    _add_tensor(export, "lm_head.weight", torch.randn_like(head) * head.std())
+
+
+def _plant_rope(export, target):
+    config = json.loads((export / "config.json").read_text())
+    config["rope_parameters"]["rope_theta"] = config["rope_theta"] = 1_000_000.0
+    (export / "config.json").write_text(json.dumps(config))
+
+
+def _plant_block(export, target):
+    config = json.loads((export / "config.json").read_text())
+    _edit_config(export, block_size=config["block_size"] - 1)
+
+
+PLANTED = {
+    # fault: (plant, field named by the finding, extra flags)
+    "layer ids shifted +1": (lambda e, t: _plant_layers(e, t, +1), "dflash_config.target_layer_ids", ()),
+    "layer ids shifted -1": (lambda e, t: _plant_layers(e, t, -1), "dflash_config.target_layer_ids", ()),
+    "layer count differs": (lambda e, t: _edit_config(e, num_target_layers=5), "num_target_layers", ()),
+    "untied head": (_plant_untied_head, "tie_word_embeddings", ()),
+    "random lm head": (_plant_random_head, "lm_head.weight", ()),
+    "wrong mask token": (lambda e, t: _edit_config(e, dflash_mask_token_id=5), "dflash_config.mask_token_id", ()),
+    "mask token outside vocab": (lambda e, t: _edit_config(e, dflash_mask_token_id=10**6),
+                                 "dflash_config.mask_token_id", ()),
+    "rope theta changed": (_plant_rope, "rope_parameters.rope_theta", ()),
+    "legacy rope theta changed": (lambda e, t: _edit_config(e, rope_theta=500000.0), "rope_theta", ()),
+    "block size off (config)": (_plant_block, "block_size", ()),
+    "block size off (vLLM count)": (lambda e, t: None, "vLLM num_speculative_tokens", ("--num-speculative-tokens", "16")),
+    "block size off (SGLang count)": (lambda e, t: None, "SGLang --speculative-num-draft-tokens",
+                                      ("--sglang-draft-tokens", "17")),
+    "feature definition changed": (lambda e, t: _edit_config(e, dflash_feature_definition="hf_hidden_states"),
+                                   "dflash_config.feature_definition", ()),
+    "hidden size differs": (lambda e, t: _edit_config(e, hidden_size=64), "hidden_size", ()),
+}
+
+
+@pytest.mark.parametrize("fault", list(PLANTED))
+def test_a_planted_fault_is_named(fault, export_copy, tiny_target_dir, capsys):
+    plant, field, flags = PLANTED[fault]
+    export = export_copy()
+    plant(export, tiny_target_dir)
+    code, lines = _run(capsys, export, tiny_target_dir, "--no-parity", *flags)
+    assert code == 1, lines
+    errors = [line for line in lines if line.startswith("error:")]
+    assert any(line.startswith(f"error: {field}: is ") and "; fix: " in line for line in errors), errors
+    assert lines[-1].startswith("check: ") and "finding" in lines[-1]
+
+
+def _sliding(export, window):
+    _edit_config(export, layer_types=["sliding_attention"] * json.loads(
+        (export / "config.json").read_text())["num_hidden_layers"], sliding_window=window, use_sliding_window=True)
+
+
+def test_a_dropped_sliding_window_is_named(export_copy, tiny_target_dir, capsys):
+    windowed = export_copy("windowed")
+    _sliding(windowed, 64)
+    code, lines = _run(capsys, windowed, tiny_target_dir, "--no-parity")
+    assert code == 0, lines  # consistent: a warning that draftsmith evaluates full attention only
+    assert any(line.startswith("warning: layer_types: is sliding layers") for line in lines)
+
+    dropped = export_copy("dropped")
+    _sliding(dropped, None)
+    code, lines = _run(capsys, dropped, tiny_target_dir, "--no-parity")
+    assert code == 1 and any(line.startswith("error: sliding_window: is None") for line in lines), lines
+
+    disabled = export_copy("disabled")
+    _sliding(disabled, 64)
+    _edit_config(disabled, use_sliding_window=False)
+    code, lines = _run(capsys, disabled, tiny_target_dir, "--no-parity")
+    assert code == 1 and any(line.startswith("error: use_sliding_window: is false") for line in lines), lines
+
+
+def test_parity_catches_what_only_one_implementation_honours(export_copy, tiny_target_dir, capsys, dflash_reference):
+    # The reference runs sliding draft layers causally; draftsmith's model attends over the whole block.
+    windowed = export_copy("windowed")
+    _sliding(windowed, 64)
+    code, lines = _run(capsys, windowed, tiny_target_dir)
+    assert code == 1, lines
+    assert any(line.startswith("error: block logits: is block logits max |diff|") for line in lines), lines
+    assert any(line.startswith("parity: failed") for line in lines)
+
+
+def test_template_and_thinking_mode_mismatches_warn(export_copy, tiny_target_dir, tiny_tokenizer, tmp_path, capsys):
+    export = export_copy()
+    trained = {"sha256": template_sha256(tiny_tokenizer.chat_template), "kwargs": {"enable_thinking": True}}
+    _edit_config(export, dflash_template=trained)
+    code, lines = _run(capsys, export, tiny_target_dir, "--no-parity", "--template-kwargs", '{"enable_thinking": true}')
+    assert code == 0 and not [line for line in lines if line.startswith(("warning: chat", "error:"))], lines
+
+    code, lines = _run(capsys, export, tiny_target_dir, "--no-parity", "--template-kwargs", '{"enable_thinking": false}')
+    assert code == 0, lines  # a warning: the user may mean it
+    assert any(line.startswith("warning: chat_template_kwargs.enable_thinking: is False when serving, should be True")
+               for line in lines), lines
+    other = tmp_path / "other.jinja"
+    other.write_text(tiny_tokenizer.chat_template.replace("<think>", "<thinking>"))
+    code, lines = _run(capsys, export, tiny_target_dir, "--no-parity", "--chat-template", str(other),
+                       "--template-kwargs", '{"enable_thinking": true}')
+    assert code == 0 and any(line.startswith("warning: chat template sha256: is ") for line in lines), lines
+
+
+def test_a_short_training_run_exports_clean(good_export, tiny_target_dir, capsys, dflash_reference):
+    code, lines = _run(capsys, good_export, tiny_target_dir)
+    assert code == 0 and any(line.startswith("parity: passed") for line in lines), lines
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, good_export, tiny_target_dir, capsys):
+    code, lines = _run(capsys, tmp_path / "missing", tiny_target_dir)
+    assert code == 2 and lines == [f"draftsmith: error: {tmp_path / 'missing'}: export directory not found"]
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    code, lines = _run(capsys, broken, tiny_target_dir)
+    assert code == 2 and len(lines) == 1 and "config.json: not valid JSON" in lines[0]
+    code, lines = _run(capsys, good_export, tmp_path)
+    assert code == 2 and len(lines) == 1 and "config.json: not found" in lines[0]
