@@ -120,6 +120,11 @@ def test_resume_from_a_checkpoint_reproduces_the_same_losses(regenerated, tiny_t
     for (step, a), (_, b) in zip(full.losses[10:], resumed.losses[10:], strict=True):
         assert a == pytest.approx(b, rel=1e-6, abs=1e-7), step
     assert resumed.rank_checksums[0] == pytest.approx(full.rank_checksums[0], rel=1e-9)
+    # Loader workers build the same micro-batches as the loop itself (anchors owned by (seed, epoch, sample)).
+    assert config.data_workers == 2
+    in_loop = train_drafter(config.model_copy(update={"out": tmp_path / "in-loop", "data_workers": 0}))
+    for (step, a), (_, b) in zip(full.losses, in_loop.losses, strict=True):
+        assert a == pytest.approx(b, rel=1e-6, abs=1e-7), step
 
     with pytest.raises(InputError, match="pass --resume"):
         train_drafter(config)
