@@ -127,6 +127,11 @@ def test_fsdp_equals_ddp_and_resumes_exactly(ddp_run, regenerated, tiny_target_d
     assert set(ddp_weights) == set(fsdp_weights)  # the exported drafter: today's safetensors, whole
     for name, tensor in ddp_weights.items():
         torch.testing.assert_close(fsdp_weights[name], tensor, rtol=1e-4, atol=1e-6, msg=name)
+    from draftsmith.export.exporter import export_drafter  # what engines get from the sharded run
+
+    exported = export_drafter(fsdp, tmp_path / "export", check_reference=False).path
+    for name, tensor in read_safetensors(exported / "model.safetensors").items():
+        torch.testing.assert_close(tensor, fsdp_weights[name], msg=name)
     step2 = fsdp / "checkpoints" / "step-00000002"
     assert (step2 / "sharded" / ".metadata").is_file() and not (step2 / "model.safetensors").exists()
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from draftsmith.core.errors import DraftsmithError
 from draftsmith.train.checkpoints import numpy_rng_state, set_numpy_rng_state
 from draftsmith.train.distributed import DistributedContext, all_reduce_sum
 
@@ -61,8 +62,8 @@ class TrainState:
         set_rng_state(state["rng"])
 
 
-class TrainingDiverged(Exception):
-    """The loss or gradient norm became NaN or infinite (exit 1: the input was fine, the run was not)."""
+class TrainingDiverged(DraftsmithError):
+    """The loss or gradient norm became NaN or infinite: one line, exit 1 (the input was fine, the run was not)."""
 
     exit_code = 1
 

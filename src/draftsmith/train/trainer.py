@@ -14,7 +14,7 @@ micro-batch counts equally whatever its number of blocks.
 The run is laid out as torchtitan lays out its trainer: the input pipeline (`loader.py`), the
 parallelism (`parallel.py`), a `TrainState` and a `MetricsAccumulator` (`state.py`) and a
 `Checkpointer` (`checkpoints.py`), each saving and restoring itself; `_train` below is the loop.
-A loss or gradient norm that turns non-finite stops the run (exit 1) at the next log or checkpoint
+A loss, gradient norm or parameter that turns non-finite stops the run (exit 1) at the next log or checkpoint
 step, naming the first bad step; checkpoints and the drafter are written only after that check.
 """
 
@@ -43,7 +43,7 @@ from draftsmith.data.tokenized import TokenizedDataset
 from draftsmith.train.blocks import BlockBatch
 from draftsmith.train.checkpoints import CHECKPOINT_DIR, Checkpointer, cut_log, newest_intact_checkpoint
 from draftsmith.train.config import TrainConfig
-from draftsmith.train.distributed import DistributedContext, gather_floats, init_distributed, parameter_checksum, shutdown
+from draftsmith.train.distributed import DistributedContext, all_reduce_sum, gather_floats, init_distributed, parameter_checksum, shutdown
 from draftsmith.train.loader import StepBatch, StepSampler, StepSource, make_loader, steps_per_epoch
 from draftsmith.train.loss import default_gamma, dflash_loss_from_hidden, position_weights
 from draftsmith.train.parallel import clip_gradients, gradient_sync, parallelize_drafter, shard_target
@@ -112,6 +112,9 @@ class DrafterTrainer:
         check_vocabulary(dataset, target_config.vocab_size)
         self.features, layer_ids = self._feature_source(target_config)
         self.mask_token_id = config.mask_token_id if config.mask_token_id is not None else mask_token_id_for(config.target)
+        vocab = int(target_config.get_text_config().vocab_size)
+        if not 0 <= self.mask_token_id < vocab:
+            raise InputError(f"--mask-token-id {self.mask_token_id} is outside the target's vocabulary of {vocab} (ids 0..{vocab - 1})")
         self.drafter_config = build_drafter_config(
             target_config, num_draft_layers=config.num_draft_layers, block_size=config.block_size,
             target_layer_ids=layer_ids, mask_token_id=self.mask_token_id,
@@ -284,10 +287,10 @@ def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
             if log_due or save_due:
                 _sync(metrics, state, context, log, checkpointer, scheduler, report=log_due, fp16=scaler.is_enabled())
             if save_due:
-                checkpointer.save(state.step)
+                _checkpoint(checkpointer, trainer.drafter, context, state.step)
         _sync(metrics, state, context, log, checkpointer, scheduler, report=False, fp16=scaler.is_enabled())
         if checkpointer.last_saved != state.step:
-            checkpointer.save(state.step)
+            _checkpoint(checkpointer, trainer.drafter, context, state.step)
     drafter_dir = checkpointer.publish_final(trainer.drafter_config, out_dir, FINAL_DIR)
     return _finish(config, context, trainer, state, log.last_record, metrics, drafter_dir, started, resumed_from)
 
@@ -308,6 +311,26 @@ def _train_step(trainer: DrafterTrainer, model, optimizer, scaler, metrics: Metr
     scaler.update()
 
 
+def _checkpoint(checkpointer: Checkpointer, drafter, context, step: int) -> None:
+    """Save the checkpoint of `step` unless a parameter went non-finite (one device check, all ranks)."""
+    bad = torch.zeros((), dtype=torch.float64, device=context.device)
+    for parameter in drafter.parameters():
+        local = parameter.detach()
+        local = local.to_local() if hasattr(local, "to_local") else local  # an FSDP2 shard
+        bad += (~torch.isfinite(local)).sum()
+    if float(all_reduce_sum(bad, context)) > 0:
+        raise TrainingDiverged(_diverged_message(f"non-finite drafter parameters after step {step}", checkpointer.last_saved))
+    checkpointer.save(step)
+
+
+def _diverged_message(what: str, kept: int | None) -> str:
+    return (
+        f"training diverged: {what} (lower --lr or keep --grad-clip on); stopped, "
+        + (f"the last good checkpoint is {CHECKPOINT_DIR}/step-{kept:08d}" if kept else "no checkpoint was written")
+        + "; no drafter was written"
+    )
+
+
 def _sync(metrics, state: TrainState, context, log: RunLog, checkpointer: Checkpointer, scheduler, *, report: bool,
           fp16: bool) -> None:  # fmt: skip
     """Bring the pending steps to the host (reduced over ranks); stop on the first non-finite one."""
@@ -315,12 +338,7 @@ def _sync(metrics, state: TrainState, context, log: RunLog, checkpointer: Checkp
     # Under fp16 the scaler skips steps whose gradients overflowed; only the loss can diverge there.
     bad = first_nonfinite([(step, loss, tokens, 0.0 if fp16 else norm) for step, loss, tokens, norm in synced])
     if bad is not None:
-        kept = checkpointer.last_saved
-        raise TrainingDiverged(
-            f"training diverged: {bad[1]} at step {bad[0]} (lower --lr or keep --grad-clip on); stopped, "
-            + (f"the last good checkpoint is {CHECKPOINT_DIR}/step-{kept:08d}" if kept else "no checkpoint was written")
-            + "; no drafter was written"
-        )
+        raise TrainingDiverged(_diverged_message(f"{bad[1]} at step {bad[0]}", checkpointer.last_saved))
     for step, loss, tokens, _ in synced:
         state.losses.append((step, loss))
         state.tokens_seen += tokens
