@@ -221,6 +221,7 @@ class DrafterTrainer:
                 batch.labels.to(device, non_blocking=True),
                 batch.label_mask.to(device, non_blocking=True),
                 self.weights,
+                keep=torch.nonzero(batch.label_mask.reshape(-1) > 0).squeeze(1),  # from the host batch: no device wait
             )
 
 
