@@ -23,6 +23,7 @@ _PANELS = {
                      "grad_accum", "batch_size", "seed"),
     "Checkpoints": ("out", "save_every", "keep_checkpoints", "resume", "force_resume"),
     "Logging": ("log_every", "progress", "report_to", "benchmark_steps"),
+    "Evaluation": ("eval_prompts", "eval_every", "eval_max_prompts", "eval_max_new_tokens"),
 }  # fmt: skip
 
 
@@ -79,6 +80,12 @@ class TrainConfig(BaseModel):
     report_to: Literal["none", "tensorboard", "wandb"] = Field(
         "none", description="also send loss, acc per block offset, tau, lr and tokens/s to tensorboard (<out>/runs/) or wandb"
     )
+    eval_prompts: Annotated[Path | None, cli(metavar="FILE")] = Field(
+        None, description="prompt rows (as `eval` reads): real speculative decoding tau at eval points, logged; best kept in <out>/drafter-best",
+    )
+    eval_every: int = Field(0, ge=0, description="eval every N steps (0: at each checkpoint) and at the end")
+    eval_max_prompts: int = Field(8, ge=1, description="prompts of --eval-prompts decoded at each eval point")
+    eval_max_new_tokens: int = Field(128, ge=1, description="tokens generated per eval prompt")
     benchmark_steps: Annotated[int | None, cli(metavar="N")] = Field(
         None, ge=1,
         description="time N steps after warm-up, write <out>/train_benchmark.json (for `plan --train --train-bench`) and stop",

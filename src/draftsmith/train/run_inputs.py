@@ -136,6 +136,8 @@ def check_resume_config(saved: dict, config: TrainConfig, checkpoint: Path) -> N
 def open_run_inputs(config: TrainConfig, context) -> RunInputs:
     """Load and check the data, refuse a fresh run over checkpoints, find the resume point, check the manifest."""
     out_dir = Path(config.out)
+    if config.eval_prompts is not None and config.sharding == "fsdp" and context.enabled:
+        raise InputError("--eval-prompts runs under --sharding ddp or in one process: a sharded target cannot decode on one rank")
     # A single shard of an unfinished tokenize run is as unfinished as its directory.
     require_complete(data_directory(config.data), "the tokenized set", "rerun `draftsmith tokenize --resume` to finish it")
     dataset = load_tokenized(config.data, max_length=config.max_length, split=config.split)

@@ -46,6 +46,10 @@ class TrainState:
     step_in_epoch: int = 0
     tokens_seen: int = 0
     losses: list[tuple[int, float]] = field(default_factory=list)
+    # `--eval-prompts`: the step of the last eval point and the best speculative tau so far.
+    last_eval_step: int | None = None
+    best_eval_tau: float | None = None
+    best_eval_step: int | None = None
 
     def finish_step(self, epoch: int, step_in_epoch: int, last_in_epoch: bool) -> None:
         self.step += 1
@@ -53,12 +57,16 @@ class TrainState:
 
     def state_dict(self) -> dict:
         return {"step": self.step, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
-                "tokens_seen": self.tokens_seen, "losses": [list(item) for item in self.losses], "rng": rng_state()}  # fmt: skip
+                "tokens_seen": self.tokens_seen, "losses": [list(item) for item in self.losses], "rng": rng_state(),
+                "eval": {"last_step": self.last_eval_step, "best_tau": self.best_eval_tau, "best_step": self.best_eval_step}}  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
         self.step, self.epoch, self.step_in_epoch = int(state["step"]), int(state["epoch"]), int(state["step_in_epoch"])
         self.tokens_seen = int(state["tokens_seen"])
         self.losses = [(int(step), float(loss)) for step, loss in state.get("losses", [])]
+        evaluation = state.get("eval") or {}
+        self.last_eval_step, self.best_eval_tau = evaluation.get("last_step"), evaluation.get("best_tau")
+        self.best_eval_step = evaluation.get("best_step")
         set_rng_state(state["rng"])
 
 

@@ -43,7 +43,10 @@ from draftsmith.data.tokenized import TokenizedDataset
 from draftsmith.train.blocks import BlockBatch
 from draftsmith.train.checkpoints import CHECKPOINT_DIR, Checkpointer, cut_log, newest_intact_checkpoint
 from draftsmith.train.config import TrainConfig
-from draftsmith.train.distributed import DistributedContext, all_reduce_sum, gather_floats, init_distributed, parameter_checksum, shutdown
+from draftsmith.train.distributed import (
+    DistributedContext, all_reduce_sum, broadcast_object, gather_floats, init_distributed, parameter_checksum, shutdown,
+)
+from draftsmith.train.evaluation import BEST_DIR, SpeculativeEval
 from draftsmith.train.loader import StepBatch, StepSampler, StepSource, make_loader, steps_per_epoch
 from draftsmith.train.loss import default_gamma, dflash_loss_from_hidden, position_weights
 from draftsmith.train.parallel import clip_gradients, gradient_sync, parallelize_drafter, shard_target
@@ -274,6 +277,7 @@ def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
                           batch_size=config.batch_size, grad_accum=config.grad_accum, epochs=config.epochs, total_steps=total_steps,
                           start_step=state.step, start_epoch=state.epoch, start_step_in_epoch=state.step_in_epoch)  # fmt: skip
     loader = make_loader(trainer.source, sampler, workers=config.data_workers, device=context.device)
+    evaluator = SpeculativeEval(config, trainer, run.template) if config.eval_prompts is not None and context.is_main else None
     with RunLog(config, context, out_dir, total_steps, state.step) as log:
         for step_batch in loader:
             _train_step(trainer, model, optimizer, scaler, metrics, step_batch, config.grad_clip)
@@ -285,11 +289,16 @@ def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
             save_due = state.step < total_steps and (
                 state.step % config.save_every == 0 if config.save_every else step_batch.last_in_epoch
             )
-            if log_due or save_due:
+            eval_due = config.eval_prompts is not None and (state.step % config.eval_every == 0 if config.eval_every else save_due)
+            if log_due or save_due or eval_due:
                 _sync(metrics, state, context, log, checkpointer, scheduler, report=log_due, fp16=scaler.is_enabled())
+            if eval_due:
+                _evaluate(evaluator, trainer, context, state, checkpointer, log)
             if save_due:
                 _checkpoint(checkpointer, trainer.drafter, context, state.step)
         _sync(metrics, state, context, log, checkpointer, scheduler, report=False, fp16=scaler.is_enabled())
+        if config.eval_prompts is not None and state.last_eval_step != state.step:
+            _evaluate(evaluator, trainer, context, state, checkpointer, log)
         if checkpointer.last_saved != state.step:
             _checkpoint(checkpointer, trainer.drafter, context, state.step)
     drafter_dir = checkpointer.publish_final(trainer.drafter_config, out_dir, FINAL_DIR)
@@ -310,6 +319,18 @@ def _train_step(trainer: DrafterTrainer, model, optimizer, scaler, metrics: Metr
     trainer.last_grad_norm = clip_gradients(trainer.drafter.parameters(), grad_clip)
     scaler.step(optimizer)
     scaler.update()
+
+
+def _evaluate(evaluator: SpeculativeEval | None, trainer, context, state: TrainState, checkpointer: Checkpointer, log: RunLog) -> None:
+    """Speculative tau on the eval prompts (rank 0 decodes, the others wait), logged; a new best is
+    published as `<out>/drafter-best` (collective) before the checkpoint of the step records it."""
+    result = broadcast_object(evaluator.run() if evaluator is not None else None, context)
+    improved = state.best_eval_tau is None or result["eval_tau"] > state.best_eval_tau
+    state.last_eval_step = state.step
+    if improved:
+        state.best_eval_tau, state.best_eval_step = result["eval_tau"], state.step
+        checkpointer.publish_final(trainer.drafter_config, log.path.parent, BEST_DIR)
+    log.write_eval(state.step, {**result, "best_eval_tau": state.best_eval_tau, "best_eval_step": state.best_eval_step})
 
 
 def _checkpoint(checkpointer: Checkpointer, drafter, context, step: int) -> None:
@@ -397,6 +418,17 @@ class RunLog:
         if synced:
             self.progress.advance(0, tokens=tokens, loss=f"{synced[-1][1]:.4f}")
 
+    def write_eval(self, step: int, result: dict) -> None:
+        """An eval point's own record in the log (`step` and the `eval_*` numbers), and its line."""
+        if not self.main:
+            return
+        record = {"step": step, **result}
+        self.handle.write(json.dumps(record) + "\n")
+        self.handle.flush()
+        self.reporter.log(step, record)
+        print(f"step {step} eval: speculative tau {result['eval_tau']:.2f} over {result['eval_cycles']} cycles "
+              f"(best {result['best_eval_tau']:.2f} at step {result['best_eval_step']})", file=sys.stderr, flush=True)  # fmt: skip
+
     def write(self, state: TrainState, window: dict, lr: float, grad_norm: float) -> None:
         elapsed = time.perf_counter() - self.window_start
         record = {"step": state.step, "epoch": state.epoch if state.step_in_epoch else state.epoch - 1, "loss": window["loss"],
@@ -431,7 +463,8 @@ def _finish(config, context, trainer, state: TrainState, last_record: dict, metr
         accuracy_by_offset=list(last_record.get("acc_by_offset", [])),
         train_tau=float(last_record.get("train_tau", float("nan"))), rank_checksums=checksums,
         world_size=context.world_size, resumed_from_step=resumed_from,
-        extra={"sharding": config.sharding if context.enabled else "none"},
+        extra={"sharding": config.sharding if context.enabled else "none",
+               **({"best_eval_tau": state.best_eval_tau, "best_eval_step": state.best_eval_step} if config.eval_prompts else {})},
     )  # fmt: skip
     if context.is_main:
         write_json_atomic(Path(config.out) / "train_summary.json", result.to_dict(), indent=1)
