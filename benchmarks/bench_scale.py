@@ -7,7 +7,7 @@ shape: a ~300-token prompt, the rest trained), then, for each, in fresh subproce
 - `draftsmith train` for a few steps on the tiny target (built once by `build_tiny_target`, cached).
 
 It prints wall time, start-up time (until the trainer prints its "training a ..." line, i.e. data
-and target loaded) and peak RSS of each subprocess (its own `wait4` rusage), the growth from N0 to
+and target loaded) and peak RSS of each subprocess (its own VmHWM, polled; shared pages counted once per process), the growth from N0 to
 N and the per-sample slope. Small N by default; the issue's check, for the README:
 
     PYTHONPATH=src python benchmarks/bench_scale.py --samples 200000 --baseline 20000
@@ -76,13 +76,50 @@ def write_set(out: Path, samples: int, mean_tokens: int, vocab: int, seed: int =
     return out
 
 
+def _status_kb(pid: int, field: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _descendants(pid: int) -> list[int]:
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as handle:
+                    children = [int(value) for value in handle.read().split()]
+            except OSError:
+                children = []
+            found += children
+            frontier += children
+    return found
+
+
 def measure(command: list[str], marker: str | None = None) -> dict:
-    """Run `command`; its wall time, time until `marker` first appears on stderr, peak RSS, stdout."""
+    """Run `command`; its wall time, time until `marker` first appears on stderr, peak RSS, stdout.
+
+    Peak RSS is the process's own high-water mark (`VmHWM` in /proc, polled every 20 ms): the
+    `wait4` rusage would not do, since Linux carries the parent's RSS across fork+exec into the
+    child's `ru_maxrss` (every run then reads as at least this script's own size). The largest sum
+    of VmRSS over the process and its children (DataLoader workers) is reported beside it.
+    """
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    seen: dict[str, float] = {}
+    seen: dict[str, float] = {"hwm_kb": 0, "tree_kb": 0}
     lines: list[str] = []
+    done = threading.Event()
 
     def read_stderr():
         for line in process.stderr:
@@ -90,16 +127,26 @@ def measure(command: list[str], marker: str | None = None) -> dict:
             if marker and marker in line and "marker" not in seen:
                 seen["marker"] = time.perf_counter() - started
 
-    reader = threading.Thread(target=read_stderr, daemon=True)
-    reader.start()
+    def poll_memory():
+        while not done.is_set():
+            seen["hwm_kb"] = max(seen["hwm_kb"], _status_kb(process.pid, "VmHWM"))
+            tree = sum(_status_kb(pid, "VmRSS") for pid in [process.pid, *_descendants(process.pid)])
+            seen["tree_kb"] = max(seen["tree_kb"], tree)
+            done.wait(0.02)
+
+    threads = [threading.Thread(target=read_stderr, daemon=True), threading.Thread(target=poll_memory, daemon=True)]
+    for thread in threads:
+        thread.start()
     stdout = process.stdout.read()
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    reader.join()
+    process.wait()
+    done.set()
+    for thread in threads:
+        thread.join()
     wall = time.perf_counter() - started
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({process.returncode}):\n{''.join(lines[-20:])}")
-    return {"wall_s": wall, "startup_s": seen.get("marker"), "peak_rss_gb": usage.ru_maxrss * 1024 / 1e9, "stdout": stdout}
+    return {"wall_s": wall, "startup_s": seen.get("marker"), "peak_rss_gb": seen["hwm_kb"] * 1024 / 1e9,
+            "tree_rss_gb": seen["tree_kb"] * 1024 / 1e9, "stdout": stdout}  # fmt: skip
 
 
 def run_one(data: Path, target: Path | None, work: Path, steps: int) -> dict:
@@ -130,6 +177,7 @@ def report(results: dict[int, dict]) -> None:
         ("train: start-up to first-step line (s)", base["train"]["startup_s"], big["train"]["startup_s"]),
         ("train: wall (s)", base["train"]["wall_s"], big["train"]["wall_s"]),
         ("train: peak RSS (GB)", base["train"]["peak_rss_gb"], big["train"]["peak_rss_gb"]),
+        ("train: peak RSS with loader workers (GB)", base["train"]["tree_rss_gb"], big["train"]["tree_rss_gb"]),
         ]  # fmt: skip
     print(f"{'':46} {small:>12,} {large:>12,} {'growth':>9} {'ratio':>6} {'per sample':>12}")
     for name, a, b in rows:

@@ -23,14 +23,6 @@ from draftsmith.train.trainer import DrafterTrainer
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
-@pytest.fixture(scope="session")
-def regenerated(tmp_path_factory, tiny_target_dir) -> Path:
-    out = tmp_path_factory.mktemp("regenerated") / "tokenized"
-    torch.set_num_threads(1)
-    regenerate_locally(tiny_target_dir, synthetic_prompts(24, seed=11), out, max_new_tokens=96, batch_size=24)
-    return out
-
-
 def small_config(target: Path, data: Path, out: Path, **overrides) -> TrainConfig:
     settings = dict(
         target=target,
@@ -128,6 +120,11 @@ def test_resume_from_a_checkpoint_reproduces_the_same_losses(regenerated, tiny_t
     for (step, a), (_, b) in zip(full.losses[10:], resumed.losses[10:], strict=True):
         assert a == pytest.approx(b, rel=1e-6, abs=1e-7), step
     assert resumed.rank_checksums[0] == pytest.approx(full.rank_checksums[0], rel=1e-9)
+    # Loader workers build the same micro-batches as the loop itself (anchors owned by (seed, epoch, sample)).
+    assert config.data_workers == 2
+    in_loop = train_drafter(config.model_copy(update={"out": tmp_path / "in-loop", "data_workers": 0}))
+    for (step, a), (_, b) in zip(full.losses, in_loop.losses, strict=True):
+        assert a == pytest.approx(b, rel=1e-6, abs=1e-7), step
 
     with pytest.raises(InputError, match="pass --resume"):
         train_drafter(config)
@@ -303,14 +300,35 @@ def test_resume_skips_broken_checkpoints_cuts_the_log_and_extends_max_steps(rege
         train_drafter(config.model_copy(update={"resume": True, "max_steps": 6}))
 
 
-def test_train_manifest_refuses_a_resume_on_other_data(regenerated, tiny_target_dir, tmp_path):
+def test_train_manifest_fingerprints_data_content_and_target_weights(regenerated, tiny_target_dir, tmp_path):
+    from draftsmith.data.tokenized import write_tokenized
+    from safetensors.torch import load_file, save_file
+
     out = tmp_path / "run"
-    config = small_config(tiny_target_dir, regenerated, out, max_steps=1)
+    data = tmp_path / "data"
+    shutil.copytree(regenerated, data)
+    config = small_config(tiny_target_dir, data, out, max_steps=1)
     train_drafter(config)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["stage"] == "train" and manifest["settings"]["block_size"] == 8
-    other = tmp_path / "other-data"
-    shutil.copytree(regenerated, other)
-    with pytest.raises(InputError, match="was written with other settings \\(data: .* -> .*other-data"):
-        train_drafter(config.model_copy(update={"resume": True, "max_steps": 2, "data": other}))
-    assert train_drafter(config.model_copy(update={"resume": True, "max_steps": 2, "data": other, "force_resume": True})).steps == 2
+    assert manifest["settings"]["target_weights"].startswith("sha256:")
+    # The same rows at another path are the same data: the resume goes on.
+    moved = tmp_path / "moved"
+    shutil.copytree(data, moved)
+    assert train_drafter(config.model_copy(update={"resume": True, "max_steps": 2, "data": moved})).steps == 2
+    # Other rows written at the same path (what a re-run tokenize leaves) are refused...
+    rows = [{"id": s.id, "input_ids": s.input_ids.tolist(), "loss_mask": s.loss_mask.tolist()} for s in load_tokenized(data).samples[:20]]
+    shutil.rmtree(data)
+    write_tokenized(rows, data)
+    with pytest.raises(InputError, match="was written with other settings \\(data: "):
+        train_drafter(config.model_copy(update={"resume": True, "max_steps": 3}))
+    # ...and so is another target with the same tokenizer (other weights).
+    other_target = tmp_path / "target"
+    shutil.copytree(tiny_target_dir, other_target)
+    weights = load_file(other_target / "model.safetensors")
+    name = sorted(weights)[-1]
+    weights[name] = weights[name] + 1e-3
+    save_file(weights, other_target / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(InputError, match="other settings \\(target_weights: "):
+        train_drafter(config.model_copy(update={"resume": True, "max_steps": 3, "data": moved, "target": other_target}))
+    assert train_drafter(config.model_copy(update={"resume": True, "max_steps": 3, "data": data, "force_resume": True})).steps == 3

@@ -21,10 +21,10 @@ from draftsmith.core.errors import InputError
 from draftsmith.core.io import write_json_atomic
 from draftsmith.core.lock import lock_directory
 from draftsmith.data.tokenized import load_tokenized
-from draftsmith.train.anchors import valid_anchor_positions
 from draftsmith.train.config import TrainConfig
-from draftsmith.train.distributed import all_reduce_sum, barrier, init_distributed, shutdown
-from draftsmith.train.trainer import DrafterTrainer, epoch_order, micro_batches
+from draftsmith.train.distributed import all_reduce_max, all_reduce_sum, barrier, init_distributed, shutdown
+from draftsmith.train.loader import StepSampler, make_loader, trainable_indices
+from draftsmith.train.trainer import DrafterTrainer
 
 BENCHMARK_FILE = "train_benchmark.json"
 KIND = "draftsmith.train_benchmark"  # read by draftsmith.plan.train_bench
@@ -65,50 +65,48 @@ def benchmark_training(config: TrainConfig, warmup_steps: int = DEFAULT_WARMUP_S
 
 
 def _benchmark(config: TrainConfig, context, warmup_steps: int) -> dict[str, Any]:
+    from draftsmith.train.parallel import parallelize_drafter
+    from draftsmith.train.state import MetricsAccumulator
+    from draftsmith.train.trainer import _train_step, build_optimizer
+
     dataset = load_tokenized(config.data, max_length=config.max_length, split=config.split)
-    trainable = [i for i, s in enumerate(dataset.samples) if valid_anchor_positions(torch.from_numpy(s.loss_mask)).numel() > 0]
-    if not trainable:
+    trainable = trainable_indices(dataset)
+    if trainable.size == 0:
         raise InputError(f"{config.data}: no sample has two consecutive loss-mask tokens, nothing to benchmark on")
     trainer = DrafterTrainer(config, context, dataset)
-    drafter = trainer.drafter
-    if context.enabled:
-        from torch.nn.parallel import DistributedDataParallel
+    model = parallelize_drafter(trainer.drafter, context, config.sharding)
+    total = warmup_steps + config.benchmark_steps
+    optimizer, _ = build_optimizer(trainer.drafter, config, total)
+    scaler = torch.amp.GradScaler(context.device.type, enabled=trainer.compute_dtype_name == "float16")
+    metrics = MetricsAccumulator(config.block_size, context.device)
+    # Epochs repeat as needed: a small set still gives `total` steps of the run's shape.
+    sampler = StepSampler(trainable, seed=config.seed, rank=context.rank, world_size=context.world_size, batch_size=config.batch_size,
+                          grad_accum=config.grad_accum, epochs=total, total_steps=total)  # fmt: skip
+    loader = iter(make_loader(trainer.source, sampler, workers=config.data_workers, device=context.device))
 
-        drafter = DistributedDataParallel(drafter, device_ids=[context.device.index] if context.device.type == "cuda" else None)
-    optimizer = torch.optim.AdamW(trainer.drafter.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
-    batches = micro_batches([trainable[i] for i in epoch_order(len(trainable), config.seed, 0, context)], config.batch_size)
+    def run_step() -> torch.Tensor:
+        """One optimizer step over the next step's micro-batches; [tokens, samples, blocks] of this rank."""
+        step_batch = next(loader)
+        _train_step(trainer, model, optimizer, scaler, metrics, step_batch, config.grad_clip)
+        samples = sum(len(indices) for indices in step_batch.sample_indices)
+        blocks = sum(int(batch.anchor_valid.sum()) for batch in step_batch.micro_batches)
+        return torch.tensor([step_batch.num_tokens, samples, blocks], dtype=torch.float64)
 
-    def run_step(index: int) -> torch.Tensor:
-        """One optimizer step over `grad_accum` micro-batches (cycling the epoch); [tokens, samples, blocks]."""
-        optimizer.zero_grad(set_to_none=True)
-        counts = torch.zeros(3, dtype=torch.float64)
-        for micro in range(config.grad_accum):
-            sample_indices = batches[(index * config.grad_accum + micro) % len(batches)]
-            sync = micro == config.grad_accum - 1
-            with drafter.no_sync() if (context.enabled and not sync) else nullcontext():
-                output, batch = trainer.forward_loss(drafter, sample_indices, 0)
-                (output.loss / config.grad_accum).backward()
-            counts += torch.tensor([batch.num_tokens, len(sample_indices), float(output.blocks)], dtype=torch.float64)
-        if config.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(trainer.drafter.parameters(), config.grad_clip)
-        optimizer.step()
-        return counts
-
-    for index in range(warmup_steps):
-        run_step(index)
+    for _ in range(warmup_steps):
+        run_step()
     _synchronize(context.device)
     barrier(context)
     if context.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(context.device)
     started = time.perf_counter()
     totals = torch.zeros(3, dtype=torch.float64)
-    for index in range(warmup_steps, warmup_steps + config.benchmark_steps):
-        totals += run_step(index)
+    for _ in range(config.benchmark_steps):
+        totals += run_step()
     _synchronize(context.device)
     seconds = time.perf_counter() - started
     totals = all_reduce_sum(totals, context)
     # The slowest rank sets the pace of synchronous data-parallel steps.
-    seconds = float(all_reduce_sum(torch.tensor([seconds], dtype=torch.float64), context)[0]) / context.world_size
+    seconds = float(all_reduce_max(torch.tensor([seconds], dtype=torch.float64), context)[0])
     peak, peak_kind = _peak_memory(context.device)
     tokens, samples, blocks = (float(value) for value in totals)
     result = {
@@ -138,7 +136,9 @@ def _benchmark(config: TrainConfig, context, warmup_steps: int) -> dict[str, Any
             "hidden_size": int(trainer.drafter_config.hidden_size),
             "compute_dtype": trainer.compute_dtype_name,
             "attention": trainer.attention,
+            "sharding": config.sharding if context.enabled else "none",
         },
+        "seconds_kind": "max over ranks",
         "target": str(config.target),
         "data": str(config.data),
     }

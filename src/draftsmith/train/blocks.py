@@ -36,6 +36,18 @@ class BlockBatch:
     anchor_valid: torch.Tensor  # [S, N] bool
     num_tokens: int  # real context tokens in the micro-batch
 
+    _TENSORS = ("context_ids", "context_mask", "noise_ids", "position_ids", "labels", "label_mask", "anchors", "anchor_valid")
+
+    def pin_memory(self) -> BlockBatch:
+        """A copy in page-locked memory, so `to(cuda, non_blocking=True)` overlaps with compute."""
+        return self._map(lambda tensor: tensor.pin_memory())
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> BlockBatch:
+        return self._map(lambda tensor: tensor.to(device, non_blocking=non_blocking))
+
+    def _map(self, fn) -> BlockBatch:
+        return BlockBatch(**{name: fn(getattr(self, name)) for name in self._TENSORS}, num_tokens=self.num_tokens)
+
     @property
     def block_size(self) -> int:
         return self.labels.shape[-1] + 1

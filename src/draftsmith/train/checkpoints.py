@@ -1,4 +1,11 @@
-"""Reading training checkpoints back safely, and the log that goes with them.
+"""Training checkpoints: the `Checkpointer` (save, latest, fallback, restore, final publish) and the log.
+
+A checkpoint `checkpoints/step-NNNNNNNN/` holds, written under `.step-N.partial` and renamed:
+  - the drafter weights, ONCE: `config.json` + `model.safetensors` (the format `export` and engines
+    read) in a replicated run; under `--sharding fsdp` a `torch.distributed.checkpoint` directory
+    `sharded/` with the drafter and AdamW state, each rank writing its own shards;
+  - `trainer_state.pt`: the train state (step, data position, losses, RNG), the scheduler, the
+    metrics window, the run's config and, in a replicated run, the optimizer.
 
 `trainer_state.pt` is loaded with `weights_only=True`: it holds only tensors, numbers, strings and
 containers, so a checkpoint from someone else cannot run code when resumed. A checkpoint that does
@@ -10,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -17,6 +25,7 @@ import numpy as np
 import torch
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.io import publish
 
 CHECKPOINT_DIR = "checkpoints"
 STATE_FILE = "trainer_state.pt"
@@ -48,13 +57,14 @@ def load_trainer_state(checkpoint: Path) -> dict:
     path = Path(checkpoint) / STATE_FILE
     try:
         with torch.serialization.safe_globals(_numpy_array_globals()):
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            # Memory-mapped: the optimizer state is paged in while it is copied into the optimizer.
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except FileNotFoundError:
         raise InputError(f"{path}: missing") from None
     except Exception as error:  # truncated zip, bad pickle opcode, a global we refuse to build
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise InputError(f"{path}: cannot be loaded safely ({reason})") from None
-    required = ("step", "epoch", "step_in_epoch", "tokens_seen", "optimizer", "scheduler", "drafter_state", "rng", "config")
+    required = ("step", "epoch", "step_in_epoch", "tokens_seen", "scheduler", "rng", "config")
     missing = [key for key in required if not isinstance(state, dict) or key not in state]
     if missing:
         raise InputError(f"{path}: not a draftsmith trainer state (missing {', '.join(missing)})")
@@ -111,3 +121,136 @@ def cut_log(path: Path, step: int) -> int:
         partial.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
         os.replace(partial, path)
     return dropped
+
+
+SHARDED_DIR = "sharded"
+
+
+def step_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+class Checkpointer:
+    """One home for checkpoints: save, the newest intact one, restore, pruning and the final drafter.
+
+    `states` maps names to objects with `state_dict()`/`load_state_dict()` (the train state, the
+    scheduler, the metrics); the drafter and optimizer go through `model_io`'s sharded or
+    replicated path. `save` is collective: every rank calls it.
+    """
+
+    def __init__(self, out_dir: Path, context, model, optimizer, states: dict, *, keep: int, config: dict):
+        self.root = Path(out_dir) / CHECKPOINT_DIR
+        self.context, self.model, self.optimizer, self.states = context, model, optimizer, states
+        self.keep, self.config = keep, config
+        from draftsmith.train.parallel import is_sharded
+
+        self.sharded = is_sharded(model)
+        self.last_saved: int | None = None
+
+    def latest(self) -> Path | None:
+        newest = checkpoints_newest_first(self.root.parent)
+        return newest[0] if newest else None
+
+    def find(self) -> tuple[Path, dict] | None:
+        """The newest checkpoint whose trainer state loads (older ones tried in turn), or None."""
+        return newest_intact_checkpoint(self.root.parent)
+
+    def restore(self, found: tuple[Path, dict]) -> int:
+        """Load model, optimizer and every state from `found`, then drop the loaded copies; returns the step."""
+        checkpoint, saved = found
+        if self.sharded:
+            self._load_sharded(checkpoint)
+        else:
+            self._load_replicated(checkpoint, saved)
+        for name, stateful in self.states.items():
+            if name == "train" or name in saved:  # older checkpoints have no metrics window
+                stateful.load_state_dict(saved if name == "train" else saved[name])
+        self.last_saved = int(saved["step"])
+        saved.clear()  # the caller's reference holds nothing more: optimizer state lives in the optimizer now
+        return self.last_saved
+
+    def _load_replicated(self, checkpoint: Path, saved: dict) -> None:
+        from draftsmith.model.io import WEIGHTS_NAME, read_safetensors
+
+        inner = getattr(self.model, "module", self.model)
+        weights = saved.pop("drafter_state", None)  # checkpoints written before the weights were stored once
+        if weights is None:
+            weights = read_safetensors(checkpoint / WEIGHTS_NAME)
+        inner.load_state_dict(weights, strict=False)
+        del weights
+        if "optimizer" not in saved:
+            raise InputError(f"{checkpoint}: written by a sharded run; resume it with --sharding fsdp")
+        self.optimizer.load_state_dict(saved.pop("optimizer"))
+
+    def _load_sharded(self, checkpoint: Path) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        if not (checkpoint / SHARDED_DIR).is_dir():
+            raise InputError(f"{checkpoint}: written by a replicated run; resume it with --sharding ddp")
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        state = {"model": model_state, "optimizer": optimizer_state}
+        dcp.load(state, checkpoint_id=str(checkpoint / SHARDED_DIR))
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+
+    def save(self, step: int) -> Path:
+        """Write the checkpoint of `step` (all ranks), publish it atomically and prune old ones."""
+        from draftsmith.train.distributed import barrier
+
+        final, partial = self.root / step_name(step), self.root / f".{step_name(step)}.partial"
+        if self.context.is_main:
+            self.root.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir()
+        barrier(self.context)
+        state = {**self.states["train"].state_dict(), "config": self.config}
+        state.update({name: stateful.state_dict() for name, stateful in self.states.items() if name != "train"})
+        if self.sharded:
+            self._save_sharded(partial)
+        elif self.context.is_main:
+            from draftsmith.model import save_drafter
+
+            save_drafter(self.model, partial)
+            state["optimizer"] = self.optimizer.state_dict()
+        if self.context.is_main:
+            torch.save(state, partial / STATE_FILE)
+            if final.exists():
+                shutil.rmtree(final)
+            publish(partial, final)
+            for old in checkpoints_newest_first(self.root.parent)[self.keep :]:
+                shutil.rmtree(old, ignore_errors=True)
+        barrier(self.context)
+        self.last_saved = step
+        return final
+
+    def _save_sharded(self, partial: Path) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(partial / SHARDED_DIR))
+        if self.context.is_main:
+            self.model.config.to_json_file(str(partial / "config.json"))  # what the run was, for people
+
+    def publish_final(self, drafter_config, out_dir: Path, name: str) -> Path:
+        """The trained drafter as `<out>/<name>` (config.json + model.safetensors), gathered from the shards."""
+        from draftsmith.model import DFlashDraftModel, save_drafter
+        from draftsmith.train.distributed import barrier
+        from draftsmith.train.parallel import full_state_dict
+
+        state = full_state_dict(self.model)  # collective under FSDP; whole on rank 0
+        final = Path(out_dir) / name
+        if self.context.is_main:
+            if self.sharded:
+                drafter = DFlashDraftModel(drafter_config)
+                drafter.load_state_dict(state, strict=False)
+            else:
+                drafter = self.model
+            partial = Path(out_dir) / f".{name}.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            save_drafter(drafter, partial)
+            shutil.rmtree(final, ignore_errors=True)
+            publish(partial, final)
+        del state
+        barrier(self.context)
+        return final

@@ -6,60 +6,86 @@ Kept free of torch so that building the command line stays fast.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from draftsmith.core.config import DType, StorageDType, cli
+
+Beta = Annotated[float, Field(ge=0, lt=1)]
+
+
+_PANELS = {
+    "Data": ("data", "split", "offline_features", "max_length", "num_anchors", "data_workers"),
+    "Model": ("target", "block_size", "num_draft_layers", "target_layer_ids", "num_features", "mask_token_id", "dtype",
+              "gradient_checkpointing", "attention", "device", "sharding", "num_threads"),
+    "Optimization": ("gamma", "epochs", "max_steps", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
+                     "grad_accum", "batch_size", "seed"),
+    "Checkpoints": ("out", "save_every", "keep_checkpoints", "resume", "force_resume"),
+    "Logging": ("log_every", "progress", "report_to", "benchmark_steps"),
+    "Evaluation": ("eval_prompts", "eval_every", "eval_max_prompts", "eval_max_new_tokens"),
+}  # fmt: skip
 
 
 class TrainConfig(BaseModel):
     """Everything a training run needs; the defaults are the paper's recipe."""
 
     model_config = ConfigDict(extra="forbid")
+    # `train --help` shows the flags in these groups (their names stay flat: --lr, --save-every, ...).
+    cli_panels: ClassVar[dict[str, tuple[str, ...]]] = _PANELS
 
     target: Path = Field(description="target model directory (Hugging Face format)")
-    data: Path = Field(description="tokenized dataset (Parquet shards with input_ids/loss_mask)")
+    data: Path = Field(description="tokenized dataset: a `draftsmith tokenize` directory (Arrow shards) or one shard file")
     out: Path = Field(description="output directory: checkpoints/, drafter/, train_log.jsonl")
     split: str | None = Field(None, description="DatasetDict split of --data (default: train, else the only one)")
     offline_features: Annotated[Path | None, cli("--offline")] = Field(
         None, description="features directory from `draftsmith extract` (offline training)"
     )
-    block_size: int = Field(16, ge=2)
+    block_size: int = Field(16, ge=2, description="tokens per draft block (the anchor plus B-1 predictions)")
     num_draft_layers: Annotated[int, cli("--draft-layers")] = Field(5, ge=1, description="drafter decoder layers")
     target_layer_ids: list[int] | None = Field(None, description="target layers to capture (default: spread)")
     num_features: int = Field(5, ge=1, description="captured target layers when target_layer_ids is unset")
-    mask_token_id: int | None = Field(None, description="default: the tokenizer's <|MASK|>")
+    mask_token_id: int | None = Field(None, ge=0, description="default: the tokenizer's <|MASK|>")
     num_anchors: int = Field(512, ge=1, description="max blocks per sequence, resampled each epoch")
     gamma: float | None = Field(None, gt=0, description="loss decay; default 7/5/4 for B=16/10/8")
-    max_length: int = Field(3072, ge=2)
-    epochs: int = Field(6, ge=1)
+    max_length: int = Field(3072, ge=2, description="truncate each sequence to this many tokens")
+    epochs: int = Field(6, ge=1, description="passes over the trainable samples")
     max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps")
-    lr: float = Field(6e-4, gt=0)
-    min_lr_ratio: float = Field(0.0, ge=0, le=1)
-    warmup_ratio: float = Field(0.04, ge=0, lt=1)
-    weight_decay: float = Field(0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.95)
+    lr: float = Field(6e-4, gt=0, description="peak AdamW learning rate (cosine decay after warm-up)")
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="final learning rate as a fraction of --lr")
+    warmup_ratio: float = Field(0.04, ge=0, lt=1, description="share of the steps with a linear warm-up")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay (never on norms and vectors)")
+    betas: tuple[Beta, Beta] = Field((0.9, 0.95), description="AdamW betas, each in [0, 1)")
     grad_clip: float = Field(1.0, ge=0, description="0 disables clipping")
-    grad_accum: int = Field(1, ge=1)
+    grad_accum: int = Field(1, ge=1, description="micro-batches per optimizer step")
     batch_size: int = Field(1, ge=1, description="sequences per micro-batch per process")
     dtype: DType = Field("auto", description="auto (bf16 on CUDA, fp32 on CPU), fp32, bf16 or fp16")
     gradient_checkpointing: bool = Field(False, description="recompute drafter layers in backward to save memory")
     attention: Literal["auto", "dense", "sparse", "flex"] = Field(
         "auto", description="drafter attention: auto (= sparse), dense (reference mask), sparse (tiled), flex (CUDA only)"
     )
-    device: str = "auto"
+    device: str = Field("auto", description="auto (cuda if available, one per torchrun rank), cpu, cuda or cuda:N")
+    sharding: Literal["ddp", "fsdp"] = Field(
+        "ddp", description="under torchrun: ddp (replicated drafter) or fsdp (FSDP2: drafter, optimizer and target sharded)"
+    )
+    data_workers: int = Field(2, ge=0, description="DataLoader worker processes building batches ahead (0: in the loop)")
     num_threads: Annotated[int | None, cli("--threads")] = Field(None, ge=1, description="CPU threads per process (torch default if unset)")
-    seed: int = 0
+    seed: int = Field(0, description="seeds the drafter's initial weights, the epoch order and the anchors")
     save_every: int = Field(0, ge=0, description="checkpoint every N steps (0: at each epoch end)")
-    keep_checkpoints: int = Field(2, ge=1)
+    keep_checkpoints: int = Field(2, ge=1, description="newest checkpoints kept under <out>/checkpoints")
     resume: bool = Field(False, description="continue from the latest checkpoint in --out")
     force_resume: bool = Field(False, description="resume although --target or --data differ from the run's manifest")
-    log_every: int = Field(10, ge=1)
+    log_every: int = Field(10, ge=1, description="write train_log.jsonl (and sync the host) every N steps")
     progress: bool = Field(True, description="show a progress bar (otherwise log lines)")
     report_to: Literal["none", "tensorboard", "wandb"] = Field(
         "none", description="also send loss, acc per block offset, tau, lr and tokens/s to tensorboard (<out>/runs/) or wandb"
     )
+    eval_prompts: Annotated[Path | None, cli(metavar="FILE")] = Field(
+        None, description="prompt rows (as `eval` reads): real speculative decoding tau at eval points, logged; best kept in <out>/drafter-best",
+    )
+    eval_every: int = Field(0, ge=0, description="eval every N steps (0: at each checkpoint) and at the end")
+    eval_max_prompts: int = Field(8, ge=1, description="prompts of --eval-prompts decoded at each eval point")
+    eval_max_new_tokens: int = Field(128, ge=1, description="tokens generated per eval prompt")
     benchmark_steps: Annotated[int | None, cli(metavar="N")] = Field(
         None, ge=1,
         description="time N steps after warm-up, write <out>/train_benchmark.json (for `plan --train --train-bench`) and stop",

@@ -14,7 +14,13 @@ from draftsmith.data.tokenized import TokenizedDataset, load_tokenized, write_to
 
 
 def check_vocabulary(dataset: TokenizedDataset, vocab_size: int) -> None:
-    for index, sample in enumerate(dataset.samples):
+    """Refuse data holding a token id outside the target's vocabulary.
+
+    The shards' writer recorded their largest id, so this reads no tokens; only when that is out of
+    range is the first offending sample looked for (to name it)."""
+    if dataset.max_token_id < vocab_size:
+        return
+    for index, sample in enumerate(dataset):
         top = int(sample.input_ids.max())
         if top >= vocab_size:
             raise InputError(

@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+
+# NCCL's default is 10 minutes; writing a 30-40 GB checkpoint to a network disk can take longer.
+PROCESS_GROUP_TIMEOUT = timedelta(seconds=int(os.environ.get("DRAFTSMITH_DIST_TIMEOUT_S", "3600")))
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,8 @@ def init_distributed(device_name: str = "auto") -> DistributedContext:
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        dist.init_process_group(backend=backend)
+        # Long enough for rank 0 to write a large checkpoint while the others wait in a barrier.
+        dist.init_process_group(backend=backend, timeout=PROCESS_GROUP_TIMEOUT)
         initialized_here = True
     return DistributedContext(rank, world_size, local_rank, device, initialized_here)
 
@@ -67,16 +73,28 @@ def all_reduce_sum(values: torch.Tensor, context: DistributedContext) -> torch.T
     return reduced.to(values.device)
 
 
+def all_reduce_max(values: torch.Tensor, context: DistributedContext) -> torch.Tensor:
+    if not context.enabled:
+        return values
+    reduced = values.detach().clone().to(context.device)
+    dist.all_reduce(reduced, op=dist.ReduceOp.MAX)
+    return reduced.to(values.device)
+
+
 def barrier(context: DistributedContext) -> None:
     if context.enabled:
         dist.barrier()
 
 
 def parameter_checksum(module: torch.nn.Module) -> float:
-    """A position-sensitive digest of the parameters; equal on every rank when DDP kept them in sync."""
+    """A position-sensitive digest of the parameters; equal on every rank when DDP kept them in sync
+    (under FSDP the whole parameters are gathered first, so every rank must call it)."""
     total = torch.zeros((), dtype=torch.float64)
     for index, parameter in enumerate(module.parameters()):
-        values = parameter.detach().to("cpu", torch.float64).flatten()
+        values = parameter.detach()
+        if hasattr(values, "full_tensor"):  # an FSDP2 shard (DTensor): gathered, collective on every rank
+            values = values.full_tensor()
+        values = values.to("cpu", torch.float64).flatten()
         ramp = torch.linspace(1.0, 2.0, values.numel(), dtype=torch.float64)
         total += (index + 1) * (values * ramp).sum()
     return float(total)

@@ -95,6 +95,7 @@ def dflash_loss_from_hidden(
     label_mask: torch.Tensor,
     weights: torch.Tensor,
     chunk_rows: int | None = DEFAULT_CHUNK_ROWS,
+    keep: torch.Tensor | None = None,
 ) -> LossOutput:
     """`dflash_loss` computed from hidden states [..., B-1, H], scoring only the unmasked predictions.
 
@@ -103,15 +104,20 @@ def dflash_loss_from_hidden(
     are scored `chunk_rows` at a time and each chunk's logits are recomputed in backward rather than
     kept (`None`: all rows in one pass, as a reference), so at most one chunk's logits are alive.
     `score` maps [M, H] hidden states to [M, V] logits (the target's frozen lm_head).
+
+    `keep`: the flat indices of the unmasked predictions (`nonzero(label_mask.flatten())`) when the
+    caller has them on the host already: the trainer takes them from the CPU batch, so selecting
+    the rows never waits on the device. Without it they are computed here (a sync on a GPU).
     """
-    keep = label_mask > 0
-    ce_selected, hit_selected = chunked_cross_entropy(hidden[keep], labels[keep], score, chunk_rows)
-    ce = torch.zeros(labels.shape, dtype=ce_selected.dtype, device=ce_selected.device)
-    ce = ce.masked_scatter(keep, ce_selected)
+    if keep is None:
+        keep = torch.nonzero(label_mask.reshape(-1) > 0).squeeze(1)
+    keep = keep.to(hidden.device, non_blocking=True)
+    rows = hidden.reshape(-1, hidden.shape[-1]).index_select(0, keep)
+    ce_selected, hit_selected = chunked_cross_entropy(rows, labels.reshape(-1).index_select(0, keep), score, chunk_rows)
+    ce = torch.zeros(labels.numel(), dtype=ce_selected.dtype, device=ce_selected.device).index_put((keep,), ce_selected)
     with torch.no_grad():
-        hit = torch.zeros(labels.shape, dtype=torch.float32, device=labels.device)
-        hit = hit.masked_scatter(keep, hit_selected)
-    return _weighted_loss(ce, hit, label_mask, weights)
+        hit = torch.zeros(labels.numel(), dtype=torch.float32, device=labels.device).index_put((keep,), hit_selected)
+    return _weighted_loss(ce.view(labels.shape), hit.view(labels.shape), label_mask, weights)
 
 
 def _score_rows(rows: torch.Tensor, row_labels: torch.Tensor, score) -> tuple[torch.Tensor, torch.Tensor]:

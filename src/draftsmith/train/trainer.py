@@ -3,18 +3,19 @@
 One micro-batch = `batch_size` sequences. For each, the target's captured-layer features come from a
 frozen target forward (online) or a features directory (offline); anchors are drawn by a generator
 owned by (seed, epoch, sample), so the blocks do not depend on who draws them or when (exact resume,
-online == offline, any number of ranks). The drafter sees [context features | blocks] with the mask
-of `blocks.py`; its hidden states go through the target's frozen LM head into the weighted loss of
-`loss.py`.
+online == offline, any number of ranks or loader workers). The drafter sees [context features |
+blocks] with the mask of `blocks.py`; its hidden states go through the target's frozen LM head into
+the weighted loss of `loss.py`.
 
 Normalisation: each micro-batch's loss is sum(w*CE)/sum(w) over its own predictions; gradient
-accumulation averages the micro-batches of a step and DDP averages the ranks, so every micro-batch
-counts equally whatever its number of blocks.
+accumulation averages the micro-batches of a step and DDP/FSDP average the ranks, so every
+micro-batch counts equally whatever its number of blocks.
 
-Data order: each epoch is a seeded permutation of the samples, split round-robin over ranks (padded
-by wrapping so every rank runs the same number of steps). Checkpoints hold the drafter, optimizer,
-scheduler, step, data position and RNG states, are written to a temporary directory and renamed,
-and resume continues with exactly the micro-batches that would have come next.
+The run is laid out as torchtitan lays out its trainer: the input pipeline (`loader.py`), the
+parallelism (`parallel.py`), a `TrainState` and a `MetricsAccumulator` (`state.py`) and a
+`Checkpointer` (`checkpoints.py`), each saving and restoring itself; `_train` below is the loop.
+A loss, gradient norm or parameter that turns non-finite stops the run (exit 1) at the next log or checkpoint
+step, naming the first bad step; checkpoints and the drafter are written only after that check.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import random
-import shutil
 import sys
 import time
 from contextlib import nullcontext
@@ -34,29 +33,26 @@ import numpy as np
 import torch
 
 from draftsmith.core.config import torch_dtype
-from draftsmith.core.io import publish, write_json_atomic
-from draftsmith.core.lock import lock_directory
-from draftsmith.core.progress import Progress
 from draftsmith.core.errors import InputError
-from draftsmith.core.manifest import MANIFEST_NAME, check_manifest, require_complete, tokenizer_fingerprint
+from draftsmith.core.io import write_json_atomic
+from draftsmith.core.lock import lock_directory
+from draftsmith.core.manifest import MANIFEST_NAME, check_manifest
 from draftsmith.core.paths import require_output_dir
-from draftsmith.train.anchors import anchor_generator, sample_anchors, valid_anchor_positions
-from draftsmith.train.blocks import BlockBatch, build_block_batch
-from draftsmith.data.tokenized import TokenizedDataset, load_tokenized
-from draftsmith.train.checkpoints import CHECKPOINT_DIR, STATE_FILE, cut_log, newest_intact_checkpoint, numpy_rng_state, set_numpy_rng_state
+from draftsmith.core.progress import Progress
+from draftsmith.data.tokenized import TokenizedDataset
+from draftsmith.train.blocks import BlockBatch
+from draftsmith.train.checkpoints import CHECKPOINT_DIR, Checkpointer, cut_log, newest_intact_checkpoint
 from draftsmith.train.config import TrainConfig
-from draftsmith.train.data import check_vocabulary
 from draftsmith.train.distributed import (
-    DistributedContext,
-    all_reduce_sum,
-    barrier,
-    gather_floats,
-    init_distributed,
-    parameter_checksum,
-    shutdown,
+    DistributedContext, all_reduce_sum, broadcast_object, gather_floats, init_distributed, parameter_checksum, shutdown,
 )
+from draftsmith.train.evaluation import BEST_DIR, SpeculativeEval
+from draftsmith.train.loader import StepBatch, StepSampler, StepSource, make_loader, steps_per_epoch
 from draftsmith.train.loss import default_gamma, dflash_loss_from_hidden, position_weights
+from draftsmith.train.parallel import clip_gradients, gradient_sync, parallelize_drafter, shard_target
 from draftsmith.train.reporting import check_report_to, make_reporter
+from draftsmith.train.run_inputs import RunInputs, open_run_inputs, resume_settings
+from draftsmith.train.state import MetricsAccumulator, TrainingDiverged, TrainState, first_nonfinite
 
 FINAL_DIR = "drafter"
 LOG_FILE = "train_log.jsonl"
@@ -85,6 +81,7 @@ class TrainResult:
         payload = {key: getattr(self, key) for key in self.__dataclass_fields__}
         payload["out_dir"] = str(self.out_dir)
         payload["drafter_dir"] = str(self.drafter_dir)
+        payload["losses"] = [list(item) for item in self.losses]
         return payload
 
 
@@ -99,70 +96,34 @@ def lr_lambda_factory(total_steps: int, warmup_steps: int, min_ratio: float):
     return factor
 
 
-def epoch_order(num_samples: int, seed: int, epoch: int, context: DistributedContext) -> list[int]:
-    """This rank's sample indices for an epoch (same length on every rank)."""
-    generator = torch.Generator()
-    generator.manual_seed(seed * 7919 + epoch)
-    order = torch.randperm(num_samples, generator=generator).tolist()
-    per_rank = math.ceil(num_samples / context.world_size)
-    padded = (order * (1 + per_rank * context.world_size // max(1, num_samples)))[: per_rank * context.world_size]
-    return padded[context.rank :: context.world_size]
-
-
-def micro_batches(order: list[int], batch_size: int) -> list[list[int]]:
-    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
-
-
-def steps_per_epoch(num_micro_batches: int, grad_accum: int) -> int:
-    return math.ceil(num_micro_batches / grad_accum)
-
-
 class DrafterTrainer:
     """Holds the frozen target parts, the drafter and the loss; one call per micro-batch."""
 
-    def __init__(self, config: TrainConfig, context: DistributedContext, dataset: TokenizedDataset):
+    def __init__(self, config: TrainConfig, context: DistributedContext, dataset: TokenizedDataset, template: dict | None = None):
         from draftsmith.model import DFlashDraftModel, build_drafter_config
         from draftsmith.model.block_attention import choose_attention
-        from draftsmith.train.extract import FeatureStore, mask_token_id_for, resolve_layer_ids
         from draftsmith.model.target import load_embedding_and_head, load_target_config, load_target_model
+        from draftsmith.train.extract import mask_token_id_for
 
-        self.config = config
-        self.context = context
-        self.device = context.device
-        self.dataset = dataset
+        self.config, self.context, self.device, self.dataset = config, context, context.device, dataset
         compute = config.dtype if config.dtype != "auto" else ("bfloat16" if self.device.type == "cuda" else "float32")
         self.autocast_dtype = None if compute == "float32" else torch_dtype(compute)
         self.compute_dtype_name = compute
         target_config = load_target_config(config.target)
+        from draftsmith.train.data import check_vocabulary
+
         check_vocabulary(dataset, target_config.vocab_size)
-        self.features = None
-        layer_ids = config.target_layer_ids
-        if config.offline_features is not None:
-            self.features = FeatureStore(config.offline_features)
-            self.features.check_matches(dataset, config.max_length)
-            if layer_ids is not None and list(layer_ids) != self.features.layer_ids:
-                raise InputError(
-                    f"{config.offline_features}: features hold layers {self.features.layer_ids}, "
-                    f"but --target-layer-ids asks for {layer_ids}"
-                )
-            layer_ids = self.features.layer_ids
-            last = int(target_config.get_text_config().num_hidden_layers) - 1
-            if self.features.feature_definition is None and last in layer_ids:
-                raise InputError(
-                    f"{config.offline_features}: extracted by an older draftsmith, whose feature for the target's "
-                    f"last layer ({last}) was the post-norm hidden state engines never feed; re-run `draftsmith extract`"
-                )
-        if layer_ids is None:
-            layer_ids = resolve_layer_ids(target_config, config.num_features, None)
-        mask_token_id = config.mask_token_id if config.mask_token_id is not None else mask_token_id_for(config.target)
-        self.mask_token_id = mask_token_id
+        self.features, layer_ids = self._feature_source(target_config)
+        self.mask_token_id = config.mask_token_id if config.mask_token_id is not None else mask_token_id_for(config.target)
+        vocab = int(target_config.get_text_config().vocab_size)
+        if not 0 <= self.mask_token_id < vocab:
+            raise InputError(f"--mask-token-id {self.mask_token_id} is outside the target's vocabulary of {vocab} (ids 0..{vocab - 1})")
         self.drafter_config = build_drafter_config(
-            target_config,
-            num_draft_layers=config.num_draft_layers,
-            block_size=config.block_size,
-            target_layer_ids=layer_ids,
-            mask_token_id=mask_token_id,
-        )
+            target_config, num_draft_layers=config.num_draft_layers, block_size=config.block_size,
+            target_layer_ids=layer_ids, mask_token_id=self.mask_token_id,
+        )  # fmt: skip
+        if template is not None:  # the chat template the data was rendered with travels with the drafter
+            self.drafter_config.dflash_config = {**self.drafter_config.dflash_config, "template": template}
         self.layer_ids = list(self.drafter_config.target_layer_ids)
 
         target_dtype = torch_dtype(compute) if (compute != "float32" and self.device.type == "cuda") else torch.float32
@@ -170,6 +131,7 @@ class DrafterTrainer:
             self.target = load_target_model(config.target, self.device, target_dtype)
             self.embed_tokens = self.target.get_input_embeddings()
             self.lm_head = self.target.get_output_embeddings()
+            shard_target(self.target, context, config.sharding)
         else:
             self.target = None
             self.embed_tokens, self.lm_head = load_embedding_and_head(config.target, self.device, target_dtype)
@@ -184,6 +146,31 @@ class DrafterTrainer:
         self.weights = position_weights(config.block_size, config.gamma).to(self.device)
         self.attention = choose_attention(config.attention, self.device)
         self.gamma = config.gamma if config.gamma is not None else default_gamma(config.block_size)
+        self.last_grad_norm = torch.zeros((), device=self.device)
+        self.source = StepSource(dataset, seed=config.seed, num_anchors=config.num_anchors, block_size=config.block_size,
+                                 mask_token_id=self.mask_token_id)  # fmt: skip
+
+    def _feature_source(self, target_config):
+        """(FeatureStore or None, the captured layer ids) after checking offline features fit the run."""
+        from draftsmith.train.extract import FeatureStore, resolve_layer_ids
+
+        config = self.config
+        if config.offline_features is None:
+            return None, resolve_layer_ids(target_config, config.num_features, config.target_layer_ids)
+        features = FeatureStore(config.offline_features)
+        features.check_matches(self.dataset, config.max_length)
+        if config.target_layer_ids is not None and list(config.target_layer_ids) != features.layer_ids:
+            raise InputError(
+                f"{config.offline_features}: features hold layers {features.layer_ids}, "
+                f"but --target-layer-ids asks for {config.target_layer_ids}"
+            )
+        last = int(target_config.get_text_config().num_hidden_layers) - 1
+        if features.feature_definition is None and last in features.layer_ids:
+            raise InputError(
+                f"{config.offline_features}: extracted by an older draftsmith, whose feature for the target's "
+                f"last layer ({last}) was the post-norm hidden state engines never feed; re-run `draftsmith extract`"
+            )
+        return features, features.layer_ids
 
     def autocast(self):
         if self.autocast_dtype is None:
@@ -191,138 +178,73 @@ class DrafterTrainer:
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
 
     def anchors_for(self, sample_index: int, epoch: int) -> torch.Tensor:
-        sample = self.dataset[sample_index]
-        generator = anchor_generator(self.config.seed, epoch, sample_index)
-        return sample_anchors(torch.from_numpy(sample.loss_mask), self.config.num_anchors, generator)
+        return self.source.anchors_for(sample_index, epoch)
 
     def make_batch(self, sample_indices: list[int], epoch: int) -> BlockBatch:
-        sequences = []
-        for index in sample_indices:
-            sample = self.dataset[index]
-            sequences.append(
-                (torch.from_numpy(sample.input_ids), torch.from_numpy(sample.loss_mask), self.anchors_for(index, epoch))
-            )
-        return build_block_batch(sequences, self.config.block_size, self.mask_token_id)
+        return self.source.block_batch(sample_indices, epoch)
 
     @torch.no_grad()
     def context_features(self, batch: BlockBatch, sample_indices: list[int]) -> torch.Tensor:
         if self.features is None:
             from draftsmith.model import extract_target_features
 
-            context_mask = batch.context_mask.to(self.device)
+            context_mask = batch.context_mask.to(self.device, non_blocking=True)
             with self.autocast():
-                features = extract_target_features(self.target, batch.context_ids.to(self.device), context_mask, self.layer_ids)
+                features = extract_target_features(self.target, batch.context_ids.to(self.device, non_blocking=True), context_mask, self.layer_ids)
             # Padding is never attended to; zeroing it makes online and offline inputs identical.
             return features * context_mask[..., None].to(features.dtype)
         rows = [self.features.get(index, self.dataset[index].id) for index in sample_indices]
-        width = batch.context_ids.shape[1]
         # Stored in bf16 by default; the drafter's fp32 weights (or autocast) take it from float32.
-        stacked = torch.zeros((len(rows), width, rows[0].shape[-1]), dtype=torch.float32)
+        stacked = torch.zeros((len(rows), batch.context_ids.shape[1], rows[0].shape[-1]), dtype=torch.float32,
+                              pin_memory=self.device.type == "cuda")  # fmt: skip
         for row, features in enumerate(rows):
             stacked[row, : features.shape[0]] = features.float()
-        return stacked.to(self.device)
+        return stacked.to(self.device, non_blocking=True)
 
     def forward_loss(self, drafter, sample_indices: list[int], epoch: int):
-        """Loss of one micro-batch; `drafter` is the (possibly DDP-wrapped) module to call."""
+        """Loss of one micro-batch; `drafter` is the (possibly DDP/FSDP-wrapped) module to call."""
         batch = self.make_batch(sample_indices, epoch)
+        return self.forward_batch(drafter, batch, sample_indices), batch
+
+    def forward_batch(self, drafter, batch: BlockBatch, sample_indices: list[int]):
         features = self.context_features(batch, sample_indices)
+        device = self.device
         with torch.no_grad():
-            noise = self.embed_tokens(batch.noise_ids.to(self.device))
+            noise = self.embed_tokens(batch.noise_ids.to(device, non_blocking=True))
+        # Checkpointed layers already recompute attention in backward; tiles need not again.
+        layout = batch.layout(self.attention, False if self.config.gradient_checkpointing else None).to(device)
         with self.autocast():
-            hidden = drafter(
-                position_ids=batch.position_ids.to(self.device),
-                # Checkpointed layers already recompute attention in backward; tiles need not again.
-                attention_mask=batch.layout(self.attention, False if self.config.gradient_checkpointing else None).to(self.device),
-                noise_embedding=noise,
-                target_hidden=features,
-            )
+            hidden = drafter(position_ids=batch.position_ids.to(device, non_blocking=True), attention_mask=layout,
+                             noise_embedding=noise, target_hidden=features)  # fmt: skip
             num_sequences, num_anchors = batch.anchors.shape
             hidden = hidden.view(num_sequences, num_anchors, self.config.block_size, -1)[:, :, 1:]
-            output = dflash_loss_from_hidden(
+            return dflash_loss_from_hidden(
                 hidden,
                 lambda rows: self.drafter.compute_logits(rows, self.lm_head),
-                batch.labels.to(self.device),
-                batch.label_mask.to(self.device),
+                batch.labels.to(device, non_blocking=True),
+                batch.label_mask.to(device, non_blocking=True),
                 self.weights,
+                keep=torch.nonzero(batch.label_mask.reshape(-1) > 0).squeeze(1),  # from the host batch: no device wait
             )
-        return output, batch
 
 
-def _set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    set_numpy_rng_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if torch.cuda.is_available() and state.get("cuda") is not None:
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _rng_state() -> dict:
-    return {
-        "python": random.getstate(),
-        "numpy": numpy_rng_state(),
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-    }
-
-
-def latest_checkpoint(out_dir: Path) -> Path | None:
-    root = out_dir / CHECKPOINT_DIR
-    if not root.exists():
-        return None
-    finished = sorted(path for path in root.glob("step-*") if (path / STATE_FILE).exists())
-    return finished[-1] if finished else None
-
-
-def _save_checkpoint(trainer: DrafterTrainer, optimizer, scheduler, state: dict, out_dir: Path, keep: int) -> Path:
-    from draftsmith.model import save_drafter
-
-    root = out_dir / CHECKPOINT_DIR
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step-{state['step']:08d}"
-    partial = root / f".step-{state['step']:08d}.partial"
-    if partial.exists():
-        shutil.rmtree(partial)
-    partial.mkdir()
-    save_drafter(trainer.drafter, partial)
-    torch.save(
-        {
-            **state,
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "drafter_state": trainer.drafter.state_dict(),
-            "rng": _rng_state(),
-            "config": trainer.config.model_dump(mode="json"),
-        },
-        partial / STATE_FILE,
-    )
-    if final.exists():
-        shutil.rmtree(final)
-    publish(partial, final)
-    finished = sorted(path for path in root.glob("step-*") if (path / STATE_FILE).exists())
-    for old in finished[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
-
-
-# These change what the saved optimizer state and data position mean. `epochs` and `max_steps`
-# only say where to stop, so a finished run can be extended by raising them.
-RESUME_KEYS = ("block_size", "num_draft_layers", "target_layer_ids", "num_features", "num_anchors", "max_length", "batch_size", "grad_accum", "seed")
-
-
-def _check_resume_config(saved: dict, config: TrainConfig, checkpoint: Path) -> None:
-    keys = RESUME_KEYS
-    current = config.model_dump(mode="json")
-    different = [key for key in keys if saved.get(key) != current.get(key)]
-    if different:
-        raise InputError(
-            f"{checkpoint}: cannot resume with different " + ", ".join(f"{k} ({saved.get(k)} -> {current.get(k)})" for k in different)
-        )
+def build_optimizer(drafter: torch.nn.Module, config: TrainConfig, total_steps: int):
+    """AdamW over exactly the drafter's trainable parameters (no decay on norms and vectors), cosine schedule."""
+    decay, no_decay = [], []
+    for name, parameter in drafter.named_parameters():
+        if parameter.requires_grad:
+            (no_decay if parameter.ndim < 2 or "norm" in name else decay).append(parameter)
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=config.lr, betas=config.betas, foreach=True,
+    )  # fmt: skip
+    warmup_steps = int(round(config.warmup_ratio * total_steps))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda_factory(total_steps, warmup_steps, config.min_lr_ratio))
+    return optimizer, scheduler
 
 
 def train_drafter(config: TrainConfig) -> TrainResult:
     """Train (or resume training) a drafter; the final checkpoint lands in `<out>/drafter`."""
-    from draftsmith.model import save_drafter
-
     check_report_to(config.report_to)  # before anything is loaded or --out is made
     if config.num_threads is not None:
         torch.set_num_threads(config.num_threads)
@@ -331,230 +253,224 @@ def train_drafter(config: TrainConfig) -> TrainResult:
     try:
         # Every rank of one run writes --out; only the main rank holds its lock against other runs.
         with lock_directory(config.out, "train") if context.is_main else contextlib.nullcontext():
-            return _train(config, context, save_drafter)
+            return _train(config, context)
     finally:
         shutdown(context)
 
 
-def _train(config: TrainConfig, context: DistributedContext, save_drafter) -> TrainResult:
-    started = time.perf_counter()
-    out_dir = Path(config.out)
-    require_complete(config.data, "the tokenized set", "rerun `draftsmith tokenize --resume` to finish it")
-    dataset = load_tokenized(config.data, max_length=config.max_length, split=config.split)
-    trainable = [index for index, sample in enumerate(dataset.samples) if valid_anchor_positions(torch.from_numpy(sample.loss_mask)).numel() > 0]
-    if not trainable:
-        raise InputError(f"{config.data}: no sample has two consecutive loss-mask tokens, nothing to train on")
-    if not config.resume and latest_checkpoint(out_dir) is not None:
-        raise InputError(f"{out_dir}: holds checkpoints already; pass --resume to continue or use a new --out")
-    # Before the target loads: a run with no usable checkpoint is told so at once.
-    found = newest_intact_checkpoint(out_dir) if config.resume else None
-    if found is not None:
-        _check_resume_config(found[1]["config"], config, found[0])
-    if context.is_main:
-        if found is None:  # a fresh run: whatever an earlier, checkpoint-less attempt recorded is moot
-            (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
-        settings = {"target": tokenizer_fingerprint(config.target), "data": str(Path(config.data).resolve()),
-                    **config.model_dump(mode="json", include=set(RESUME_KEYS) | {"lr", "gamma", "mask_token_id"})}  # fmt: skip
-        check_manifest(out_dir, "train", settings, force=config.force_resume)
-    trainer = DrafterTrainer(config, context, dataset)
-    drafter = trainer.drafter
-    if context.enabled:
-        from torch.nn.parallel import DistributedDataParallel
-
-        drafter = DistributedDataParallel(drafter, device_ids=[context.device.index] if context.device.type == "cuda" else None)
-
-    # Samples without a usable anchor are skipped, keeping the original indices for features and seeds.
-    def order_for(epoch: int) -> list[int]:
-        return [trainable[i] for i in epoch_order(len(trainable), config.seed, epoch, context)]
-
-    per_epoch_micro = len(micro_batches(order_for(0), config.batch_size))
-    per_epoch_steps = steps_per_epoch(per_epoch_micro, config.grad_accum)
-    total_steps = per_epoch_steps * config.epochs
-    if config.max_steps is not None:
-        total_steps = min(total_steps, config.max_steps)
-    warmup_steps = int(round(config.warmup_ratio * total_steps))
-
-    decay, no_decay = [], []
-    for name, parameter in trainer.drafter.named_parameters():
-        (no_decay if parameter.ndim < 2 or "norm" in name else decay).append(parameter)
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=config.lr,
-        betas=config.betas,
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda_factory(total_steps, warmup_steps, config.min_lr_ratio))
-
-    step, epoch, step_in_epoch, tokens_seen = 0, 0, 0, 0
-    resumed_from = None
-    losses: list[tuple[int, float]] = []
-    if config.resume:
-        if found is not None:
-            checkpoint, saved = found
-            trainer.drafter.load_state_dict(saved["drafter_state"])
-            optimizer.load_state_dict(saved["optimizer"])
-            scheduler.load_state_dict(saved["scheduler"])
-            step, epoch, step_in_epoch = saved["step"], saved["epoch"], saved["step_in_epoch"]
-            tokens_seen = saved["tokens_seen"]
-            losses = [tuple(item) for item in saved.get("losses", [])]
-            _set_rng_state(saved["rng"])
-            resumed_from = step
-    barrier(context)
-
-    if context.is_main:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "train_config.json").write_text(json.dumps(config.model_dump(mode="json"), indent=1))
-        mode = "offline" if config.offline_features else "online"
-        print(
-            f"training a {config.num_draft_layers}-layer drafter (block {config.block_size}, gamma {trainer.gamma:g}, "
-            f"layers {trainer.layer_ids}, {mode}, {trainer.compute_dtype_name}, {trainer.attention} attention) on {len(trainable)} samples "
-            f"x {config.epochs} epochs = {total_steps} steps"
-            + (" (capped by max_steps)" if total_steps < per_epoch_steps * config.epochs else "")
-            + f", {context.world_size} process(es)"
-            + (f"; resuming at step {step}" if resumed_from is not None else ""),
-            file=sys.stderr,
-        )
-    if context.is_main:
-        cut_log(out_dir / LOG_FILE, step)  # records past the checkpoint would repeat
-    log_handle = (out_dir / LOG_FILE).open("a") if context.is_main else None
-    reporter = make_reporter(config.report_to if context.is_main else "none", out_dir, config.model_dump(mode="json"))
-    progress = Progress("train", total_steps, unit="steps", token_unit="tok", enabled=config.progress and context.is_main,
-                        completed=step).__enter__()
-
-    block_offsets = config.block_size - 1
-    correct = torch.zeros(block_offsets, dtype=torch.float64)
-    counted = torch.zeros(block_offsets, dtype=torch.float64)
-    prefix_sum, block_count = 0.0, 0.0
-    window_loss, window_weight, window_tokens, window_start = 0.0, 0.0, 0, time.perf_counter()
-    last_checkpoint_step = step if resumed_from is not None else -1
-    last_record: dict = {}
-
-    def checkpoint_now() -> None:
-        nonlocal last_checkpoint_step
-        if context.is_main:
-            _save_checkpoint(
-                trainer,
-                optimizer,
-                scheduler,
-                {"step": step, "epoch": epoch, "step_in_epoch": step_in_epoch, "tokens_seen": tokens_seen, "losses": losses},
-                out_dir,
-                config.keep_checkpoints,
+def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
+    started, out_dir = time.perf_counter(), Path(config.out)
+    run = open_run_inputs(config, context)
+    trainer = DrafterTrainer(config, context, run.dataset, template=run.template)
+    model = parallelize_drafter(trainer.drafter, context, config.sharding)
+    per_epoch = steps_per_epoch(len(run.trainable), context.world_size, config.batch_size, config.grad_accum)
+    total_steps = min(per_epoch * config.epochs, config.max_steps or per_epoch * config.epochs)
+    optimizer, scheduler = build_optimizer(trainer.drafter, config, total_steps)
+    scaler = torch.amp.GradScaler(context.device.type, enabled=trainer.compute_dtype_name == "float16")
+    state, metrics = TrainState(), MetricsAccumulator(config.block_size, context.device)
+    checkpointer = Checkpointer(out_dir, context, model, optimizer, {"train": state, "scheduler": scheduler, "metrics": metrics,
+                                "scaler": scaler}, keep=config.keep_checkpoints, config=config.model_dump(mode="json"))  # fmt: skip
+    resumed_from = checkpointer.restore(run.found) if run.found is not None else None
+    run.found = None  # released: the optimizer holds its state now
+    _announce(config, context, trainer, run, total_steps, per_epoch, resumed_from)
+    sampler = StepSampler(run.trainable, seed=config.seed, rank=context.rank, world_size=context.world_size,
+                          batch_size=config.batch_size, grad_accum=config.grad_accum, epochs=config.epochs, total_steps=total_steps,
+                          start_step=state.step, start_epoch=state.epoch, start_step_in_epoch=state.step_in_epoch)  # fmt: skip
+    loader = make_loader(trainer.source, sampler, workers=config.data_workers, device=context.device)
+    evaluator = SpeculativeEval(config, trainer, run.template) if config.eval_prompts is not None and context.is_main else None
+    with RunLog(config, context, out_dir, total_steps, state.step) as log:
+        for step_batch in loader:
+            _train_step(trainer, model, optimizer, scaler, metrics, step_batch, config.grad_clip)
+            scheduler.step()
+            state.finish_step(step_batch.epoch, step_batch.step_in_epoch, step_batch.last_in_epoch)
+            metrics.end_step(state.step, trainer.last_grad_norm, step_batch.num_tokens)
+            log.progress.advance(1)
+            log_due = state.step % config.log_every == 0 or state.step == total_steps
+            save_due = state.step < total_steps and (
+                state.step % config.save_every == 0 if config.save_every else step_batch.last_in_epoch
             )
-        last_checkpoint_step = step
-        barrier(context)
+            eval_due = config.eval_prompts is not None and (state.step % config.eval_every == 0 if config.eval_every else save_due)
+            if log_due or save_due or eval_due:
+                _sync(metrics, state, context, log, checkpointer, scheduler, report=log_due, fp16=scaler.is_enabled())
+            if eval_due:
+                _evaluate(evaluator, trainer, context, state, checkpointer, log)
+            if save_due:
+                _checkpoint(checkpointer, trainer.drafter, context, state.step)
+        _sync(metrics, state, context, log, checkpointer, scheduler, report=False, fp16=scaler.is_enabled())
+        if config.eval_prompts is not None and state.last_eval_step != state.step:
+            _evaluate(evaluator, trainer, context, state, checkpointer, log)
+        if checkpointer.last_saved != state.step:
+            _checkpoint(checkpointer, trainer.drafter, context, state.step)
+    drafter_dir = checkpointer.publish_final(trainer.drafter_config, out_dir, FINAL_DIR)
+    return _finish(config, context, trainer, state, log.last_record, metrics, drafter_dir, started, resumed_from)
 
-    try:
-        while epoch < config.epochs and step < total_steps:
-            batches = micro_batches(order_for(epoch), config.batch_size)
-            groups = [batches[start : start + config.grad_accum] for start in range(0, len(batches), config.grad_accum)]
-            while step_in_epoch < len(groups) and step < total_steps:
-                group = groups[step_in_epoch]
-                optimizer.zero_grad(set_to_none=True)
-                step_loss_sum = torch.zeros(2, dtype=torch.float64)
-                step_tokens = 0
-                for micro_index, sample_indices in enumerate(group):
-                    sync = micro_index == len(group) - 1
-                    no_sync = drafter.no_sync() if (context.enabled and not sync) else nullcontext()
-                    with no_sync:
-                        output, batch = trainer.forward_loss(drafter, sample_indices, epoch)
-                        (output.loss / len(group)).backward()
-                    step_loss_sum += torch.tensor([float(output.loss.detach()), 1.0], dtype=torch.float64)
-                    step_tokens += batch.num_tokens
-                    correct += output.correct.double().cpu()
-                    counted += output.counted.double().cpu()
-                    prefix_sum += float(output.accepted_prefix)
-                    block_count += float(output.blocks)
-                if config.grad_clip > 0:
-                    grad_norm = float(torch.nn.utils.clip_grad_norm_(trainer.drafter.parameters(), config.grad_clip))
-                else:
-                    grad_norm = float(torch.nn.utils.clip_grad_norm_(trainer.drafter.parameters(), float("inf")))
-                optimizer.step()
-                scheduler.step()
-                step += 1
-                step_in_epoch += 1
-                reduced = all_reduce_sum(torch.tensor([step_loss_sum[0], step_loss_sum[1], float(step_tokens)], dtype=torch.float64), context)
-                step_loss = float(reduced[0] / reduced[1])
-                tokens_seen += int(reduced[2])
-                losses.append((step, step_loss))
-                window_loss += step_loss
-                window_weight += 1
-                window_tokens += int(reduced[2])
-                elapsed = time.perf_counter() - window_start
-                accuracy = correct / counted.clamp_min(1)
-                progress.advance(step - progress.done, tokens=int(reduced[2]), loss=f"{step_loss:.4f}", acc=f"{float(accuracy[0]):.3f}")
-                if log_handle is not None and (step % config.log_every == 0 or step == total_steps):
-                    record = {
-                        "step": step,
-                        "epoch": epoch,
-                        "loss": window_loss / window_weight,
-                        "lr": scheduler.get_last_lr()[0],
-                        "grad_norm": grad_norm,
-                        "tokens_per_s": window_tokens / max(elapsed, 1e-9),
-                        "acc_by_offset": [round(float(value), 4) for value in accuracy],
-                        "train_tau": 1 + prefix_sum / max(block_count, 1),
-                    }
-                    last_record = record
-                    log_handle.write(json.dumps(record) + "\n")
-                    log_handle.flush()
-                    reporter.log(step, record)
-                    if not config.progress:
-                        print(
-                            f"step {step}/{total_steps} loss {record['loss']:.4f} acc@1 {float(accuracy[0]):.3f} "
-                            f"tau~{record['train_tau']:.2f} {record['tokens_per_s']:,.0f} tok/s",
-                            file=sys.stderr,
-                            flush=True,
-                        )
-                    window_loss, window_weight, window_tokens, window_start = 0.0, 0.0, 0, time.perf_counter()
-                    correct.zero_()
-                    counted.zero_()
-                    prefix_sum, block_count = 0.0, 0.0
-                if config.save_every and step % config.save_every == 0 and step < total_steps:
-                    checkpoint_now()
-            if step_in_epoch >= len(groups):
-                epoch += 1
-                step_in_epoch = 0
-                if config.save_every == 0 and epoch < config.epochs and step < total_steps:
-                    checkpoint_now()
-        if last_checkpoint_step != step:
-            checkpoint_now()
-    finally:
-        progress.__exit__(None, None, None)
-        reporter.close()
-        if log_handle is not None:
-            log_handle.close()
 
+def _train_step(trainer: DrafterTrainer, model, optimizer, scaler, metrics: MetricsAccumulator, step_batch: StepBatch,
+                grad_clip: float) -> None:  # fmt: skip
+    """Forward and backward over the step's micro-batches, clip, optimizer step; no host sync (but fp16's scaler)."""
+    optimizer.zero_grad(set_to_none=True)
+    count = len(step_batch.micro_batches)
+    for index, (batch, sample_indices) in enumerate(zip(step_batch.micro_batches, step_batch.sample_indices, strict=True)):
+        with gradient_sync(model, index == count - 1):
+            output = trainer.forward_batch(model, batch, sample_indices)
+            scaler.scale(output.loss / count).backward()
+        metrics.add_micro_batch(output)
+    scaler.unscale_(optimizer)
+    trainer.last_grad_norm = clip_gradients(trainer.drafter.parameters(), grad_clip)
+    scaler.step(optimizer)
+    scaler.update()
+
+
+def _evaluate(evaluator: SpeculativeEval | None, trainer, context, state: TrainState, checkpointer: Checkpointer, log: RunLog) -> None:
+    """Speculative tau on the eval prompts (rank 0 decodes, the others wait), logged; a new best is
+    published as `<out>/drafter-best` (collective) before the checkpoint of the step records it."""
+    result = broadcast_object(evaluator.run() if evaluator is not None else None, context)
+    improved = state.best_eval_tau is None or result["eval_tau"] > state.best_eval_tau
+    state.last_eval_step = state.step
+    if improved:
+        state.best_eval_tau, state.best_eval_step = result["eval_tau"], state.step
+        checkpointer.publish_final(trainer.drafter_config, log.path.parent, BEST_DIR)
+    log.write_eval(state.step, {**result, "best_eval_tau": state.best_eval_tau, "best_eval_step": state.best_eval_step})
+
+
+def _checkpoint(checkpointer: Checkpointer, drafter, context, step: int) -> None:
+    """Save the checkpoint of `step` unless a parameter went non-finite (one device check, all ranks)."""
+    bad = torch.zeros((), dtype=torch.float64, device=context.device)
+    for parameter in drafter.parameters():
+        local = parameter.detach()
+        local = local.to_local() if hasattr(local, "to_local") else local  # an FSDP2 shard
+        bad += (~torch.isfinite(local)).sum()
+    if float(all_reduce_sum(bad, context)) > 0:
+        raise TrainingDiverged(_diverged_message(f"non-finite drafter parameters after step {step}", checkpointer.last_saved))
+    checkpointer.save(step)
+
+
+def _diverged_message(what: str, kept: int | None) -> str:
+    return (
+        f"training diverged: {what} (lower --lr or keep --grad-clip on); stopped, "
+        + (f"the last good checkpoint is {CHECKPOINT_DIR}/step-{kept:08d}" if kept else "no checkpoint was written")
+        + "; no drafter was written"
+    )
+
+
+def _sync(metrics, state: TrainState, context, log: RunLog, checkpointer: Checkpointer, scheduler, *, report: bool,
+          fp16: bool) -> None:  # fmt: skip
+    """Bring the pending steps to the host (reduced over ranks); stop on the first non-finite one."""
+    synced = metrics.sync(context)
+    # Under fp16 the scaler skips steps whose gradients overflowed; only the loss can diverge there.
+    bad = first_nonfinite([(step, loss, tokens, 0.0 if fp16 else norm) for step, loss, tokens, norm in synced])
+    if bad is not None:
+        raise TrainingDiverged(_diverged_message(f"{bad[1]} at step {bad[0]}", checkpointer.last_saved))
+    for step, loss, tokens, _ in synced:
+        state.losses.append((step, loss))
+        state.tokens_seen += tokens
+    log.steps_done(synced)
+    if report and synced:
+        log.write(state, metrics.report(context), scheduler.get_last_lr()[0], synced[-1][3])
+
+
+def _announce(config, context, trainer, run: RunInputs, total_steps: int, per_epoch: int, resumed_from: int | None) -> None:
+    if not context.is_main:
+        return
+    out_dir = Path(config.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "train_config.json").write_text(json.dumps(config.model_dump(mode="json"), indent=1))
+    mode = "offline" if config.offline_features else "online"
+    print(
+        f"training a {config.num_draft_layers}-layer drafter (block {config.block_size}, gamma {trainer.gamma:g}, "
+        f"layers {trainer.layer_ids}, {mode}, {trainer.compute_dtype_name}, {trainer.attention} attention) on {len(run.trainable)} samples "
+        f"x {config.epochs} epochs = {total_steps} steps"
+        + (" (capped by max_steps)" if total_steps < per_epoch * config.epochs else "")
+        + f", {context.world_size} process(es)" + (f", {config.sharding}" if context.enabled else "")
+        + (f"; resuming at step {resumed_from}" if resumed_from is not None else ""),
+        file=sys.stderr,
+    )
+
+
+class RunLog:
+    """`train_log.jsonl` (cut back to the resumed step), the reporter, the progress bar and log lines: rank 0 only."""
+
+    def __init__(self, config: TrainConfig, context: DistributedContext, out_dir: Path, total_steps: int, step: int):
+        self.config, self.total_steps, self.main = config, total_steps, context.is_main
+        self.path = Path(out_dir) / LOG_FILE
+        self.last_record: dict = {}
+        self.window_start, self.window_tokens = time.perf_counter(), 0
+        if self.main:
+            cut_log(self.path, step)  # records past the checkpoint would repeat
+        self.handle = self.path.open("a") if self.main else None
+        self.reporter = make_reporter(config.report_to if self.main else "none", out_dir, config.model_dump(mode="json"))
+        self.progress = Progress("train", total_steps, unit="steps", token_unit="tok", enabled=config.progress and self.main,
+                                 completed=step)  # fmt: skip
+
+    def __enter__(self) -> RunLog:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.__exit__(None, None, None)
+        self.reporter.close()
+        if self.handle is not None:
+            self.handle.close()
+
+    def steps_done(self, synced: list) -> None:
+        tokens = sum(item[2] for item in synced)
+        self.window_tokens += tokens
+        if synced:
+            self.progress.advance(0, tokens=tokens, loss=f"{synced[-1][1]:.4f}")
+
+    def write_eval(self, step: int, result: dict) -> None:
+        """An eval point's own record in the log (`step` and the `eval_*` numbers), and its line."""
+        if not self.main:
+            return
+        record = {"step": step, **result}
+        self.handle.write(json.dumps(record) + "\n")
+        self.handle.flush()
+        self.reporter.log(step, record)
+        print(f"step {step} eval: speculative tau {result['eval_tau']:.2f} over {result['eval_cycles']} cycles "
+              f"(best {result['best_eval_tau']:.2f} at step {result['best_eval_step']})", file=sys.stderr, flush=True)  # fmt: skip
+
+    def write(self, state: TrainState, window: dict, lr: float, grad_norm: float) -> None:
+        elapsed = time.perf_counter() - self.window_start
+        record = {"step": state.step, "epoch": state.epoch if state.step_in_epoch else state.epoch - 1, "loss": window["loss"],
+                  "lr": lr, "grad_norm": grad_norm, "tokens_per_s": self.window_tokens / max(elapsed, 1e-9),
+                  "acc_by_offset": window["acc_by_offset"], "train_tau": window["train_tau"]}  # fmt: skip
+        self.last_record = record
+        self.window_start, self.window_tokens = time.perf_counter(), 0
+        if not self.main:
+            return
+        self.handle.write(json.dumps(record) + "\n")
+        self.handle.flush()
+        self.reporter.log(state.step, record)
+        self.progress.update(acc=f"{record['acc_by_offset'][0]:.3f}" if record["acc_by_offset"] else "-")
+        if not self.config.progress:
+            print(f"step {state.step}/{self.total_steps} loss {record['loss']:.4f} acc@1 {record['acc_by_offset'][0]:.3f} "
+                  f"tau~{record['train_tau']:.2f} {record['tokens_per_s']:,.0f} tok/s", file=sys.stderr, flush=True)  # fmt: skip
+
+
+def _finish(config, context, trainer, state: TrainState, last_record: dict, metrics, drafter_dir: Path, started: float,
+            resumed_from: int | None) -> TrainResult:  # fmt: skip
     checksums = gather_floats(parameter_checksum(trainer.drafter), context)
-    drafter_dir = out_dir / FINAL_DIR
-    if context.is_main:
-        partial = out_dir / f".{FINAL_DIR}.partial"
-        if partial.exists():
-            shutil.rmtree(partial)
-        save_drafter(trainer.drafter, partial)
-        if drafter_dir.exists():
-            shutil.rmtree(drafter_dir)
-        publish(partial, drafter_dir)
-    barrier(context)
+    window = metrics.report(context)
+    if window["loss"] == window["loss"]:  # steps after the last log point
+        last_record = window
     elapsed = time.perf_counter() - started
-    if counted.sum() > 0:
-        last_record = {"acc_by_offset": (correct / counted.clamp_min(1)).tolist(), "train_tau": 1 + prefix_sum / max(block_count, 1)}
+    losses = state.losses
     result = TrainResult(
-        out_dir=out_dir,
-        drafter_dir=drafter_dir,
-        steps=step,
-        epochs=epoch,
-        losses=losses,
+        out_dir=Path(config.out), drafter_dir=drafter_dir, steps=state.step, epochs=state.epoch, losses=losses,
         first_loss=losses[0][1] if losses else float("nan"),
         final_loss=float(np.mean([loss for _, loss in losses[-max(1, min(10, len(losses))) :]])) if losses else float("nan"),
-        tokens_seen=tokens_seen,
-        elapsed_s=elapsed,
-        tokens_per_s=tokens_seen / max(elapsed, 1e-9),
+        tokens_seen=state.tokens_seen, elapsed_s=elapsed, tokens_per_s=state.tokens_seen / max(elapsed, 1e-9),
         accuracy_by_offset=list(last_record.get("acc_by_offset", [])),
-        train_tau=float(last_record.get("train_tau", float("nan"))),
-        rank_checksums=checksums,
-        world_size=context.world_size,
-        resumed_from_step=resumed_from,
-    )
+        train_tau=float(last_record.get("train_tau", float("nan"))), rank_checksums=checksums,
+        world_size=context.world_size, resumed_from_step=resumed_from,
+        extra={"sharding": config.sharding if context.enabled else "none",
+               **({"best_eval_tau": state.best_eval_tau, "best_eval_step": state.best_eval_step} if config.eval_prompts else {})},
+    )  # fmt: skip
     if context.is_main:
-        summary = result.to_dict()
-        summary["losses"] = [list(item) for item in losses]
-        write_json_atomic(out_dir / "train_summary.json", summary, indent=1)
+        write_json_atomic(Path(config.out) / "train_summary.json", result.to_dict(), indent=1)
     return result
+
+
+# Kept importable for callers of the earlier layout.
+__all__ = ["CHECKPOINT_DIR", "FINAL_DIR", "LOG_FILE", "MANIFEST_NAME", "DrafterTrainer", "TrainConfig", "TrainResult",
+           "build_optimizer", "check_manifest", "newest_intact_checkpoint", "resume_settings", "train_drafter"]  # fmt: skip

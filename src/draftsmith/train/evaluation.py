@@ -1,0 +1,83 @@
+"""`train --eval-prompts FILE --eval-every N`: real speculative decoding of the drafter being trained.
+
+At each eval point the drafter (in eval mode, under the run's autocast) drafts for the frozen
+target on a few held-out prompts with the KV-cached greedy loop of `model.speculative` (the loop
+`eval` measures), and the run logs tau = tokens committed per target forward, averaged over every
+cycle of every prompt. This is the acceptance a server would see, not the training-time estimate
+(`train_tau`, from teacher-forced blocks). The best tau so far is kept as `<out>/drafter-best`.
+
+Prompts are rendered with the target's chat template and the template kwargs the data was
+tokenized with (the tokenize manifest's record), so the eval sees what training saw.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from draftsmith.core.errors import InputError
+
+BEST_DIR = "drafter-best"
+
+
+def encode_prompts(path: Path, target_dir: Path, template: dict | None, limit: int) -> list[list[int]]:
+    """The token ids of the first `limit` prompts of `path`, through the target's chat template."""
+    from transformers import AutoTokenizer
+
+    from draftsmith.data.prompts import load_prompts
+
+    prompts, _ = load_prompts(path)
+    if not prompts:
+        raise InputError(f"{path}: --eval-prompts holds no prompt")
+    tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
+    kwargs = dict((template or {}).get("kwargs") or {})
+    encoded = []
+    for prompt in prompts[:limit]:
+        extra = {**kwargs, "tools": prompt.tools} if prompt.tools else kwargs
+        text = tokenizer.apply_chat_template(prompt.messages, tokenize=False, add_generation_prompt=True, **extra)
+        encoded.append(list(tokenizer(text, add_special_tokens=False)["input_ids"]))
+    return encoded
+
+
+class SpeculativeEval:
+    """Loaded once before training (bad prompts fail before the first step); `run` at each eval point."""
+
+    def __init__(self, config, trainer, template: dict | None):
+        self.prompts = encode_prompts(config.eval_prompts, config.target, template, config.eval_max_prompts)
+        self.max_new_tokens = config.eval_max_new_tokens
+        self.config, self.trainer = config, trainer
+        self._target = trainer.target  # online: the training target; offline: loaded at the first eval
+
+    def target(self):
+        if self._target is None:
+            from draftsmith.core.config import torch_dtype
+            from draftsmith.model.target import load_target_model
+
+            trainer = self.trainer
+            dtype = torch_dtype(trainer.compute_dtype_name) if trainer.device.type == "cuda" else torch.float32
+            self._target = load_target_model(self.config.target, trainer.device, dtype)
+        return self._target
+
+    @torch.no_grad()
+    def run(self) -> dict:
+        """{"eval_tau", "eval_tokens", "eval_cycles", "eval_s"} over every prompt."""
+        from draftsmith.model.speculative import default_stop_token_ids, speculative_decode
+
+        target, drafter = self.target(), self.trainer.drafter
+        stops = default_stop_token_ids(target)
+        started, tokens, cycles = time.perf_counter(), 0, 0
+        drafter.eval()
+        try:
+            with self.trainer.autocast():
+                for ids in self.prompts:
+                    input_ids = torch.tensor([ids], dtype=torch.long, device=self.trainer.device)
+                    result = speculative_decode(target, drafter, input_ids, self.max_new_tokens, stop_token_ids=stops)
+                    # The first token comes from the prompt's forward; each cycle (one target forward) commits the rest.
+                    tokens += sum(result.acceptance_lengths)
+                    cycles += len(result.acceptance_lengths)
+        finally:
+            drafter.train()
+        return {"eval_tau": tokens / max(cycles, 1), "eval_tokens": tokens, "eval_cycles": cycles,
+                "eval_s": time.perf_counter() - started}  # fmt: skip

@@ -1,0 +1,158 @@
+"""What a training run checks before its target loads: the data, the output directory, the resume point.
+
+The run manifest records what the run's output depends on, by content, not by path: the target's
+tokenizer files and its weights (`weights_fingerprint`: the safetensors headers and file sizes,
+read in milliseconds at any model size), the tokenized data's content (`dataset.fingerprint()`)
+and the settings that shape the saved optimizer state and data position. A resume on a target or
+data rewritten in place is refused like one on another path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from draftsmith.core.errors import InputError
+from draftsmith.core.manifest import MANIFEST_NAME, check_manifest, read_manifest, require_complete, tokenizer_fingerprint
+from draftsmith.data.tokenized import TokenizedDataset, load_tokenized
+from draftsmith.train.checkpoints import checkpoints_newest_first, newest_intact_checkpoint
+from draftsmith.train.config import TrainConfig
+from draftsmith.train.loader import trainable_indices
+
+# These change what the saved optimizer state and data position mean. `epochs` and `max_steps`
+# only say where to stop, so a finished run can be extended by raising them.
+RESUME_KEYS = ("block_size", "num_draft_layers", "target_layer_ids", "num_features", "num_anchors", "max_length",
+               "batch_size", "grad_accum", "seed")  # fmt: skip
+
+
+@dataclass
+class RunInputs:
+    dataset: TokenizedDataset
+    trainable: np.ndarray  # indices of the samples with a usable anchor
+    found: tuple[Path, dict] | None  # the checkpoint to resume from (released once restored)
+    template: dict | None  # the tokenized set's chat-template record, carried into the drafter
+
+
+def weights_fingerprint(target_dir: Path) -> str:
+    """sha256 over the target's config.json and each weight file's name, size, header and sampled bytes.
+
+    A safetensors header lists every tensor's name, dtype, shape and offsets, which another model
+    of the same architecture (a fine-tune) shares, so bytes of every tensor are hashed too:
+    `SAMPLES_PER_TENSOR` windows spread over its data. A fine-tune that froze most tensors (the
+    embeddings, the LM head) but changed one still differs here. Cost: ~8 KiB read per tensor
+    (~10 MiB for a 27B model), at any model size. Other weight files: the first and last MiB.
+    """
+    target_dir = Path(target_dir)
+    digest = hashlib.sha256()
+    config = target_dir / "config.json"
+    if config.is_file():
+        digest.update(config.read_bytes())
+    files = sorted(target_dir.glob("*.safetensors")) + sorted(target_dir.glob("*.bin"))
+    for file in files:
+        size = file.stat().st_size
+        digest.update(f"{file.name}\0{size}\0".encode())
+        with file.open("rb") as handle:
+            if file.suffix != ".safetensors" or not _hash_safetensors(handle, size, digest):
+                handle.seek(0)
+                digest.update(handle.read(1 << 20))
+                handle.seek(max(0, size - (1 << 20)))
+                digest.update(handle.read(1 << 20))
+    return "sha256:" + digest.hexdigest()[:32] if files else f"dir:{target_dir.resolve()}"
+
+
+SAMPLES_PER_TENSOR, SAMPLE_BYTES = 16, 512
+
+
+def _hash_safetensors(handle, size: int, digest) -> bool:
+    """Header and sampled tensor bytes into `digest`; False when the file is no readable safetensors."""
+    head = handle.read(8)
+    if len(head) < 8:
+        return False
+    (length,) = struct.unpack("<Q", head)
+    if length > min(size - 8, 100 << 20):
+        return False
+    header = handle.read(length)
+    digest.update(header)
+    try:
+        entries = json.loads(header)
+    except ValueError:
+        return False
+    spans = sorted(
+        (entry["data_offsets"] for name, entry in entries.items() if name != "__metadata__" and isinstance(entry, dict)),
+        key=lambda span: span[0],
+    )
+    for begin, end in spans:
+        if end - begin <= SAMPLES_PER_TENSOR * SAMPLE_BYTES:  # a small tensor: all of it
+            windows = [(begin, end - begin)]
+        else:
+            windows = [(int(start), SAMPLE_BYTES) for start in np.linspace(begin, end - SAMPLE_BYTES, SAMPLES_PER_TENSOR)]
+        for start, count in windows:
+            handle.seek(8 + length + start)
+            digest.update(handle.read(count))
+    return True
+
+
+def data_directory(data: Path) -> Path:
+    """The directory whose manifest speaks for `--data` (the parent of a single shard file)."""
+    data = Path(data)
+    return data.parent if data.is_file() else data
+
+
+def tokenized_template(data: Path) -> dict | None:
+    """The tokenize manifest's record of the chat template ({"sha256", "kwargs"}), if it has one."""
+    manifest = read_manifest(data_directory(data)) if data_directory(data).is_dir() else None
+    if not isinstance(manifest, dict):
+        return None
+    template = manifest.get("template", (manifest.get("settings") or {}).get("template"))
+    return template if isinstance(template, dict) else None
+
+
+def resume_settings(config: TrainConfig, dataset: TokenizedDataset, template: dict | None) -> dict:
+    settings = {
+        "target": tokenizer_fingerprint(config.target),
+        "target_weights": weights_fingerprint(config.target),
+        "data": dataset.fingerprint(),
+        **config.model_dump(mode="json", include=set(RESUME_KEYS) | {"lr", "gamma", "mask_token_id"}),
+    }
+    if template is not None:
+        settings["template"] = template
+    return settings
+
+
+def check_resume_config(saved: dict, config: TrainConfig, checkpoint: Path) -> None:
+    current = config.model_dump(mode="json")
+    different = [key for key in RESUME_KEYS if saved.get(key) != current.get(key)]
+    if different:
+        raise InputError(
+            f"{checkpoint}: cannot resume with different " + ", ".join(f"{k} ({saved.get(k)} -> {current.get(k)})" for k in different)
+        )
+
+
+def open_run_inputs(config: TrainConfig, context) -> RunInputs:
+    """Load and check the data, refuse a fresh run over checkpoints, find the resume point, check the manifest."""
+    out_dir = Path(config.out)
+    if config.eval_prompts is not None and config.sharding == "fsdp" and context.enabled:
+        raise InputError("--eval-prompts runs under --sharding ddp or in one process: a sharded target cannot decode on one rank")
+    # A single shard of an unfinished tokenize run is as unfinished as its directory.
+    require_complete(data_directory(config.data), "the tokenized set", "rerun `draftsmith tokenize --resume` to finish it")
+    dataset = load_tokenized(config.data, max_length=config.max_length, split=config.split)
+    trainable = trainable_indices(dataset)
+    if trainable.size == 0:
+        raise InputError(f"{config.data}: no sample has two consecutive loss-mask tokens, nothing to train on")
+    if not config.resume and checkpoints_newest_first(out_dir):
+        raise InputError(f"{out_dir}: holds checkpoints already; pass --resume to continue or use a new --out")
+    # Before the target loads: a run with no usable checkpoint is told so at once.
+    found = newest_intact_checkpoint(out_dir) if config.resume else None
+    if found is not None:
+        check_resume_config(found[1]["config"], config, found[0])
+    template = tokenized_template(config.data)
+    if context.is_main:
+        if found is None:  # a fresh run: whatever an earlier, checkpoint-less attempt recorded is moot
+            (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
+        check_manifest(out_dir, "train", resume_settings(config, dataset, template), force=config.force_resume)
+    return RunInputs(dataset, trainable, found, template)

@@ -1,0 +1,150 @@
+"""Two ranks under torchrun (gloo, CPU): DDP against one process, logged metrics pooled over ranks,
+FSDP2 against DDP, and an FSDP resume against an uninterrupted FSDP run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from draftsmith.model.io import read_safetensors
+from draftsmith.train import TrainConfig, load_tokenized, train_drafter
+from draftsmith.train.distributed import init_distributed
+from draftsmith.train.loader import StepSampler, trainable_indices
+from draftsmith.train.trainer import DrafterTrainer
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+# 2 ranks x 2 micro-batches of 1 sequence per step; no clipping, so summed gradients would show.
+SHAPE = dict(block_size=8, num_draft_layers=1, max_steps=4, batch_size=1, grad_accum=2, num_anchors=16, grad_clip=0.0, lr=2e-3,
+             warmup_ratio=0.0, save_every=2, keep_checkpoints=5, log_every=1)  # fmt: skip
+
+
+def _flags(settings: dict) -> list[str]:
+    flags = []
+    for key, value in settings.items():
+        flags += [f"--{key.replace('_', '-')}".replace("--num-draft-layers", "--draft-layers"), str(value)]
+    return flags
+
+
+def torchrun(target: Path, data: Path, out: Path, *extra: str, **overrides) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        "-m", "draftsmith", "train", "--target", str(target), "--data", str(data), "--out", str(out),
+        "--dtype", "fp32", "--device", "cpu", "--threads", "1", "--no-progress", "--data-workers", "0",
+        *_flags({**SHAPE, **overrides}), *extra,
+    ]  # fmt: skip
+    # Own session, so a hang cannot leave torchrun's worker processes behind.
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        pytest.fail("torchrun did not finish in 300 s:\n" + stdout[-2000:] + stderr[-2000:])
+    assert process.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def _log(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+
+
+def _weights(out: Path) -> dict[str, torch.Tensor]:
+    return read_safetensors(out / "drafter" / "model.safetensors")
+
+
+@pytest.fixture(scope="module")
+def ddp_run(regenerated, tiny_target_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ddp") / "run"
+    completed = torchrun(tiny_target_dir, regenerated, out, "--sharding", "ddp")
+    assert "trained 4 steps" in completed.stdout
+    return out
+
+
+def test_two_ranks_equal_one_process_on_the_same_global_batch(ddp_run, regenerated, tiny_target_dir, tmp_path):
+    # One process with 4 micro-batches of 1 per step sees exactly the sequences the 2 ranks saw
+    # together (rank r takes every other sample of the epoch order): gradients averaged, not summed.
+    single = train_drafter(TrainConfig(target=tiny_target_dir, data=regenerated, out=tmp_path / "one", dtype="fp32", device="cpu",
+                                       num_threads=1, progress=False, data_workers=0, **{**SHAPE, "grad_accum": 4}))  # fmt: skip
+    summary = json.loads((ddp_run / "train_summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["extra"]["sharding"] == "ddp"
+    assert summary["rank_checksums"][0] == summary["rank_checksums"][1]
+    assert [step for step, _ in summary["losses"]] == [1, 2, 3, 4]
+    for (_, two), (_, one) in zip(summary["losses"], single.losses, strict=True):
+        assert two == pytest.approx(one, rel=1e-5)
+    one_log = _log(tmp_path / "one")
+    for two, one in zip(_log(ddp_run), one_log, strict=True):
+        assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-5)  # a sum would double it
+    # AdamW normalises the update, so an element whose gradient is ~0 may move by up to ~lr on a
+    # different summation order; 1e-5 is far below lr (2e-3) and far above float noise elsewhere.
+    for name, tensor in _weights(tmp_path / "one").items():
+        torch.testing.assert_close(_weights(ddp_run)[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_logged_loss_accuracy_and_tau_are_pooled_over_ranks(ddp_run, regenerated, tiny_target_dir, tmp_path):
+    # Step 1 runs on the initial drafter (the seed's), so each rank's share can be recomputed here.
+    config = TrainConfig(target=tiny_target_dir, data=regenerated, out=tmp_path / "x", dtype="fp32", device="cpu", **SHAPE)
+    dataset = load_tokenized(regenerated)
+    trainer = DrafterTrainer(config, init_distributed("cpu"), dataset)
+    per_rank = []
+    for rank in (0, 1):
+        sampler = StepSampler(trainable_indices(dataset), seed=0, rank=rank, world_size=2, batch_size=1, grad_accum=2, epochs=1,
+                              total_steps=4)  # fmt: skip
+        losses, correct, counted, prefix, blocks = [], 0, 0, 0.0, 0.0
+        with torch.no_grad():
+            for micro in next(iter(sampler)).micro_batches:
+                output, _ = trainer.forward_loss(trainer.drafter, [int(i) for i in micro], epoch=0)
+                losses.append(output.loss.item())
+                correct, counted = correct + output.correct.double(), counted + output.counted.double()
+                prefix, blocks = prefix + float(output.accepted_prefix), blocks + float(output.blocks)
+        per_rank.append((sum(losses) / len(losses), correct, counted, prefix, blocks))
+    logged = _log(ddp_run)[0]
+    assert logged["step"] == 1
+    (loss0, c0, n0, p0, b0), (loss1, c1, n1, p1, b1) = per_rank
+    assert loss0 != pytest.approx(loss1, rel=1e-3)  # the ranks saw different data
+    assert logged["loss"] == pytest.approx((loss0 + loss1) / 2, rel=1e-5)
+    assert logged["acc_by_offset"] == pytest.approx(((c0 + c1) / (n0 + n1).clamp_min(1)).tolist(), abs=1e-4)
+    assert logged["train_tau"] == pytest.approx(1 + (p0 + p1) / (b0 + b1), rel=1e-6)
+    assert logged["train_tau"] != pytest.approx(1 + p0 / b0, rel=1e-6) or logged["loss"] != pytest.approx(loss0, rel=1e-3)
+
+
+def test_fsdp_equals_ddp_and_resumes_exactly(ddp_run, regenerated, tiny_target_dir, tmp_path):
+    fsdp = tmp_path / "fsdp"
+    torchrun(tiny_target_dir, regenerated, fsdp, "--sharding", "fsdp")
+    ddp_losses = json.loads((ddp_run / "train_summary.json").read_text())["losses"]
+    fsdp_losses = json.loads((fsdp / "train_summary.json").read_text())["losses"]
+    for (step, a), (_, b) in zip(ddp_losses, fsdp_losses, strict=True):
+        assert abs(a - b) <= 1e-5, (step, a, b)
+    ddp_weights, fsdp_weights = _weights(ddp_run), _weights(fsdp)
+    assert set(ddp_weights) == set(fsdp_weights)  # the exported drafter: today's safetensors, whole
+    for name, tensor in ddp_weights.items():
+        torch.testing.assert_close(fsdp_weights[name], tensor, rtol=1e-4, atol=1e-6, msg=name)
+    from draftsmith.export.exporter import export_drafter  # what engines get from the sharded run
+
+    exported = export_drafter(fsdp, tmp_path / "export", check_reference=False).path
+    for name, tensor in read_safetensors(exported / "model.safetensors").items():
+        torch.testing.assert_close(tensor, fsdp_weights[name], msg=name)
+    step2 = fsdp / "checkpoints" / "step-00000002"
+    assert (step2 / "sharded" / ".metadata").is_file() and not (step2 / "model.safetensors").exists()
+
+    # Cut after the step-2 checkpoint; the resumed run replays steps 3 and 4 exactly.
+    cut = tmp_path / "cut"
+    shutil.copytree(fsdp, cut)
+    shutil.rmtree(cut / "checkpoints" / "step-00000004")
+    shutil.rmtree(cut / "drafter")
+    completed = torchrun(tiny_target_dir, regenerated, cut, "--sharding", "fsdp", "--resume")
+    assert "resuming at step 2" in completed.stderr
+    resumed = json.loads((cut / "train_summary.json").read_text())
+    assert resumed["resumed_from_step"] == 2
+    for (step, a), (_, b) in zip(fsdp_losses, resumed["losses"], strict=True):
+        assert a == pytest.approx(b, rel=1e-6, abs=1e-7), step
+    for name, tensor in fsdp_weights.items():
+        torch.testing.assert_close(_weights(cut)[name], tensor, rtol=1e-6, atol=1e-7, msg=name)
