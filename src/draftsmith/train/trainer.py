@@ -25,6 +25,7 @@ import json
 import math
 import sys
 import time
+import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -279,8 +280,7 @@ def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
     evaluator = SpeculativeEval(config, trainer, run.template) if config.eval_prompts is not None and context.is_main else None
     with RunLog(config, context, out_dir, total_steps, state.step) as log:
         for step_batch in loader:
-            _train_step(trainer, model, optimizer, scaler, metrics, step_batch, config.grad_clip)
-            scheduler.step()
+            _train_step(trainer, model, optimizer, scaler, metrics, step_batch, config.grad_clip, scheduler)
             state.finish_step(step_batch.epoch, step_batch.step_in_epoch, step_batch.last_in_epoch)
             metrics.end_step(state.step, trainer.last_grad_norm, step_batch.num_tokens)
             log.progress.advance(1)
@@ -305,8 +305,9 @@ def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
 
 
 def _train_step(trainer: DrafterTrainer, model, optimizer, scaler, metrics: MetricsAccumulator, step_batch: StepBatch,
-                grad_clip: float) -> None:  # fmt: skip
-    """Forward and backward over the step's micro-batches, clip, optimizer step; no host sync (but fp16's scaler)."""
+                grad_clip: float, scheduler=None) -> None:  # fmt: skip
+    """Forward and backward over the step's micro-batches, clip, optimizer and schedule step; no host
+    sync (but fp16's scaler, which skips a step whose gradients overflowed)."""
     optimizer.zero_grad(set_to_none=True)
     count = len(step_batch.micro_batches)
     stored = step_batch.features or [None] * count
@@ -319,6 +320,10 @@ def _train_step(trainer: DrafterTrainer, model, optimizer, scaler, metrics: Metr
     trainer.last_grad_norm = clip_gradients(trainer.drafter.parameters(), grad_clip)
     scaler.step(optimizer)
     scaler.update()
+    if scheduler is not None:
+        with warnings.catch_warnings():  # a step the scaler skipped is still a step of the schedule
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)` before `optimizer.step\\(\\)`")
+            scheduler.step()
 
 
 def _evaluate(evaluator: SpeculativeEval | None, trainer, context, state: TrainState, checkpointer: Checkpointer, log: RunLog) -> None:
