@@ -171,3 +171,67 @@ def test_drafter_with_sparse_layout_equals_dense_mask(tiny_target, tiny_drafter_
     assert dense_grads.keys() == sparse_grads.keys()
     for name in dense_grads:
         torch.testing.assert_close(sparse_grads[name], dense_grads[name], rtol=1e-5, atol=1e-5, msg=name)
+
+
+class _HostSyncs(torch.overrides.TorchFunctionMode):
+    """Counts the calls that make the host wait for a tensor's value (a device sync on CUDA)."""
+
+    SYNCS = {"tolist", "item", "__int__", "__float__", "__bool__", "__index__", "nonzero"}
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in self.SYNCS:
+            self.calls.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_tile_plan_waits_on_the_device_once_per_micro_batch():
+    anchors, valid, context = _layout([300, 120, 77], [60, 25, 0], 4, seed=5)
+    layout = BlockLayout(anchors, valid, context, 4, tile_queries=8)  # 30 tiles of 2 blocks
+    inputs = _attention_inputs(layout, 2, 1, 8, seed=6)
+    with _HostSyncs() as first_layer:
+        block_attention(*inputs, layout, 0.3)
+    with _HostSyncs() as second_layer:
+        block_attention(*inputs, layout, 0.3)
+    assert first_layer.calls == ["tolist"]  # one wait for all 30 tiles' bounds
+    assert second_layer.calls == []  # the plan is shared by every layer of the micro-batch
+    from draftsmith.model.block_attention import _tile_plan
+
+    plan = _tile_plan(layout)
+    assert len(plan) == 30
+    visible = torch.where(valid, anchors, 0)
+    for start, end, prefix, _ in plan:  # each prefix is its tile's largest visible anchor
+        assert prefix == int(visible[:, start:end].max())
+
+
+@pytest.mark.parametrize("mode", ["dense", "sparse"])
+def test_under_bf16_autocast_q_and_k_reach_attention_in_bf16(mode, monkeypatch):
+    import draftsmith.model.drafter as drafter_module
+    from transformers import Qwen3Config
+
+    target = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+    config = build_drafter_config(target, num_draft_layers=2, block_size=4, mask_token_id=3)
+    torch.manual_seed(0)
+    model = DFlashDraftModel(config).train()
+    assert model.layers[0].self_attn.q_norm.weight.dtype == torch.float32
+    seen = []
+
+    def recording(query, key, value, layout, scale, dropout_p=0.0):
+        seen.append((query.dtype, key.dtype, value.dtype))
+        return block_attention(query, key, value, layout, scale, dropout_p)
+
+    monkeypatch.setattr(drafter_module, "block_attention", recording)
+    anchors, valid = torch.tensor([[1, 5]]), torch.tensor([[True, True]])
+    layout = BlockLayout(anchors, valid, 8, 4, mode=mode)
+    features = torch.randn(1, 8, len(config.target_layer_ids) * 32)
+    noise = torch.randn(1, 8, 32)
+    positions = torch.cat([torch.arange(8), torch.arange(1, 5), torch.arange(5, 9)])[None]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        hidden = model(position_ids=positions, attention_mask=layout, noise_embedding=noise, target_hidden=features)
+    hidden.float().sum().backward()
+    assert seen == [(torch.bfloat16,) * 3] * 2
+    assert model.layers[0].self_attn.q_proj.weight.grad is not None

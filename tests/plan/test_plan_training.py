@@ -91,15 +91,16 @@ def test_seed_case_memory_per_gpu(target_config):
         "features": t * 5 * 5120 * 2,
         "drafter_states": DRAFTER * 16,
         "drafter_activations": 2 * (5 * (q * (6 * 5120 + 4 * 19456) + (t + q) * 2 * (8192 + 1024)) + t * 5120),
-        "logits": m * 151936 * (2 + 4 + 4),
+        "logits": 1024 * 151936 * (2 + 4 + 4),  # one loss chunk of 1024 of the m scored rows
     }
     for key, value in expected.items():
         assert getattr(sparse, key) == getattr(dense, key) == value, key
     assert sparse.attention_workspace == 5 * 64 * q * (t / 2 + 16) * 2
     assert dense.attention_workspace == 5 * 64 * q * (t + q) * 2 + q * (t + q)
     assert sparse.total == sum(expected.values()) + sparse.attention_workspace
-    assert round(sparse.total / 1e9, 1) == 120.4 and sparse.fits is True  # fits a 141 GB H200
-    assert round(dense.total / 1e9, 1) == 171.4 and dense.fits is False
+    assert sparse.fsdp_gathered == dense.fsdp_gathered == 0 and sparse.sharding == "ddp"
+    assert round(sparse.total / 1e9, 1) == 110.3 and sparse.fits is True  # fits a 141 GB H200
+    assert round(dense.total / 1e9, 1) == 161.3 and dense.fits is False
     assert not any("sparse plan needs" in warning for warning in plan.warnings)
 
 
@@ -146,7 +147,7 @@ def test_cli_prints_the_seed_case_with_its_inputs(target_config, capsys):
     out = capsys.readouterr().out
     for expected in ("Training plan (online)", "26,722,325,504 params", "2,097,214,720 trainable", "914,000 samples",
                      "2,700 tokens", "6 epochs", "512 anchors x block 16", "7 x H200", "MFU 0.35", "7.1 days",
-                     "Memory per GPU", "attention workspace", "120.4", "171.4"):
+                     "Memory per GPU", "attention workspace", "110.3", "161.3", "FSDP x7", "42.0"):
         assert expected in out, expected
 
 
@@ -178,3 +179,32 @@ def test_shallow_target_captures_each_layer_once(tmp_path):
     assert plan.inputs["num_features"] == 3
     assert plan.drafter_params == 5 * LAYER + 3 * 5120 * 5120 + 2 * 5120
     assert any("planning on 3" in warning for warning in plan.warnings)
+
+
+def test_fsdp_divides_the_target_and_drafter_states_and_adds_the_gathered_layers(target_config):
+    # The seed's question: what fits on 8 x H100 80 GB.
+    plan = make_train_plan(seed_inputs(target_config, gpus=8, gpu="H100"))
+    ddp, fsdp = plan.memory[0], plan.memory_fsdp[0]
+    assert (fsdp.sharding, fsdp.gpus, fsdp.attention) == ("fsdp", 8, "sparse")
+    assert fsdp.target_weights == TARGET * 2 // 8
+    assert fsdp.drafter_states == DRAFTER * 16 // 8
+    assert fsdp.fsdp_gathered == 3 * LAYER * 4 + 151936 * 5120 * 2
+    for same in ("target_activations", "features", "drafter_activations", "logits", "attention_workspace"):
+        assert getattr(fsdp, same) == getattr(ddp, same), same
+    assert fsdp.total == ddp.total - ddp.target_weights - ddp.drafter_states + fsdp.target_weights + fsdp.drafter_states + fsdp.fsdp_gathered
+    assert ddp.fits is False and fsdp.fits is True  # 110.3 GB with DDP, 40.5 GB sharded over 8
+    assert round(fsdp.total / 1e9, 1) == 40.5
+    assert any("train with --sharding fsdp (40.5 GB per GPU over 8 GPUs)" in warning for warning in plan.warnings)
+    assert plan.memory_fsdp[1].fits is False  # dense attention still does not fit
+
+
+def test_plan_train_prints_the_fsdp_columns(target_config):
+    import os
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "draftsmith", "plan", "train", "--samples", "914k", "--mean-length", "2700",
+                             "--gpus", "8", "--gpu", "H100", "--model-config", str(target_config)],
+                            capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "FSDP x8" in result.stdout and "FSDP gathered layers + LM head" in result.stdout

@@ -305,8 +305,8 @@ def _panels_of(model: type) -> dict[str, str]:
     return panels
 
 
-def options_of(model: type, prefix: tuple[str, ...] = ()) -> Iterator[Option]:
-    """The command-line options of a config model, nested models flattened."""
+def options_of(model: type, prefix: tuple[str, ...] = (), panel: str | None = None) -> Iterator[Option]:
+    """The command-line options of a config model, nested models flattened (into their field's panel)."""
     panels = _panels_of(model)
     for name, info in _fields(model).items():
         annotation, metadata = _unwrap(info.annotation)
@@ -317,11 +317,11 @@ def options_of(model: type, prefix: tuple[str, ...] = ()) -> Iterator[Option]:
         base = _strip_optional(annotation)
         base, more = _unwrap(base)
         spec = next((item for item in reversed(more) if isinstance(item, Cli)), spec)
-        if spec.panel is None and name in panels:
-            spec = dataclasses.replace(spec, panel=panels[name])
+        if spec.panel is None and (name in panels or panel is not None):
+            spec = dataclasses.replace(spec, panel=panels.get(name, panel))
         path = (*prefix, name)
         if _is_model(base):
-            yield from options_of(base, path)
+            yield from options_of(base, path, spec.panel)
             continue
         origin = typing.get_origin(base)
         if base is bool:

@@ -10,17 +10,12 @@ Public API:
 """
 
 from draftsmith.client.chat import ChatClient, ChatResult, normalize_base_url
-from draftsmith.generate.guard import GuardConfig, QualityGuard
+from draftsmith.generate.config import GenerateConfig, GenerateSummary, GuardConfig
+from draftsmith.generate.guard import QualityGuard
 from draftsmith.data.conversation import content_hash_id
 from draftsmith.data.prompts import PromptSample, load_prompts
 from draftsmith.generate.inputs import shard_of
-from draftsmith.generate.pipeline import (
-    GenerateConfig,
-    GenerateSummary,
-    QualityGuardTripped,
-    agenerate,
-    generate,
-)
+from draftsmith.generate.pipeline import QualityGuardTripped, agenerate, generate
 from draftsmith.data.reasoning import extract_reasoning, split_think
 from draftsmith.generate.store import OutputStore, scan_done_ids
 

@@ -6,12 +6,11 @@ Exit codes: 0 all samples done; 1 some failed or remain (rerun to resume / see t
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 from draftsmith.core.config import config_command
 from draftsmith.core.errors import InputError
+from draftsmith.core.io import dumps_json
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -42,7 +41,7 @@ def generate(config, shard: str | None = None, thinking: bool | None = None, sum
     console = Console(stderr=True)
     summary.render(console)
     if summary_json:
-        typer.echo(json.dumps(summary.to_dict(), indent=2))
+        typer.echo(dumps_json(summary.to_dict()))
     if summary.guard_tripped:
         console.print(f"[bold red]draftsmith generate: {summary.stopped_reason}[/]", highlight=False)
         raise typer.Exit(3)
@@ -53,7 +52,7 @@ def generate(config, shard: str | None = None, thinking: bool | None = None, sum
 
 
 def register(app: typer.Typer) -> None:
-    from draftsmith.generate.pipeline import GenerateConfig
+    from draftsmith.generate.config import GenerateConfig
 
     config_command(app, "generate", GenerateConfig, generate, extras={
         "shard": (str | None, typer.Option(None, help="Process shard i of N (by a stable hash of the sample id), e.g. 0/4.")),

@@ -11,35 +11,10 @@ from __future__ import annotations
 import re
 from collections import Counter, deque
 from dataclasses import dataclass
-from typing import Annotated
 
-from pydantic import ConfigDict, Field
-from pydantic.dataclasses import dataclass as config_dataclass
-
-from draftsmith.core.config import cli
+from draftsmith.generate.config import GuardConfig
 
 _SPACES = re.compile(r"\s+")
-
-
-Share = Annotated[float, Field(ge=0, le=1)]
-
-
-@config_dataclass(config=ConfigDict(use_attribute_docstrings=True, extra="forbid"))
-class GuardConfig:
-    """Thresholds are shares in [0, 1]; a threshold of 1.0 (or ``enabled=False``) disables a check."""
-
-    enabled: Annotated[bool, cli("--guard/--no-guard")] = True
-    """Run the quality guard."""
-    window: Annotated[int, Field(ge=1)] = 200
-    """Recent completions the shares are computed over."""
-    min_samples: Annotated[int, Field(ge=1)] = 50
-    """Completions seen before the guard may stop the run."""
-    max_empty_answer: Annotated[Share, cli("--max-empty-answer")] = 0.2
-    max_empty_reasoning: Annotated[Share, cli("--max-empty-reasoning")] = 0.5
-    max_boilerplate: Annotated[Share, cli("--max-boilerplate")] = 0.5
-    max_length_finish: Annotated[Share, cli("--max-length-finish")] = 0.3
-    expect_reasoning: Annotated[bool, cli(hidden=True)] = True
-    """False when thinking is disabled: empty reasoning is then expected."""
 
 
 @dataclass

@@ -17,14 +17,9 @@ import os
 import random
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal
+from typing import Any, Callable
 
-from pydantic import ConfigDict, Field
-from pydantic.dataclasses import dataclass as config_dataclass
-
-from draftsmith.core.config import cli
 from draftsmith.core.errors import DraftsmithError, InputError
 from draftsmith.core.manifest import check_manifest
 from draftsmith.core.paths import require_output_dir
@@ -42,7 +37,8 @@ from draftsmith.client.chat import (
     chat_payload,
 )
 from draftsmith.generate.dispatch import Dispatcher, Endpoint
-from draftsmith.generate.guard import GuardConfig, QualityGuard
+from draftsmith.generate.config import GenerateConfig, GenerateSummary
+from draftsmith.generate.guard import QualityGuard
 from draftsmith.data.generated import generated_row, incomplete_answer
 from draftsmith.data.prompts import PromptSample, load_prompts
 from draftsmith.generate.inputs import shard_of
@@ -56,183 +52,12 @@ from draftsmith.generate.store import (
     shard_tag,
 )
 
-ORDERS = ("input", "longest-first", "prefix")
 
 
 class QualityGuardTripped(DraftsmithError):
     """The quality guard stopped the run (the CLI exits with code 3)."""
 
     exit_code = 3
-
-
-@config_dataclass(config=ConfigDict(use_attribute_docstrings=True, extra="forbid", arbitrary_types_allowed=True))
-class GenerateConfig:
-    """Everything a generation run needs. Paths may be str or Path."""
-
-    inputs: Annotated[list[str | Path] | str | Path, cli(positional=True)]
-    """Prompt files or dirs: anything `draftsmith.data.sources` opens, any row format it reads."""
-    output_dir: Annotated[str | Path, cli("--output", "-o")]
-    """Output directory (append-only shards; resumable)."""
-    endpoints: Annotated[list[str], cli("--endpoint", "-e")] = field(default_factory=lambda: ["http://127.0.0.1:8000"])
-    """Base URLs of OpenAI-compatible servers (``http://host:port`` or ``.../v1``), one per GPU/node."""
-    model: str | None = None
-    """Model name sent with each request; None: the first id from the endpoint's ``/v1/models``."""
-    max_tokens: Annotated[int, Field(ge=1)] = 4096
-    temperature: float | None = 0.6
-    top_p: float | None = 0.95
-    seed: int | None = None
-    chat_template_kwargs: dict[str, Any] = field(default_factory=lambda: {"enable_thinking": True})
-    """Extra chat_template_kwargs (JSON object or KEY=VALUE); --thinking sets enable_thinking."""
-    extra_body: dict[str, Any] = field(default_factory=dict)
-    """Extra request fields passed through as they are (e.g. ``{"top_k": 20}``)."""
-    concurrency: Annotated[int, Field(ge=1)] = 32
-    """Most requests in flight per endpoint."""
-    stream: bool = False
-    """Stream responses (SSE)."""
-    return_token_ids: Annotated[bool, cli("--token-ids/--no-token-ids")] = True
-    """Ask for prompt/completion token ids (vLLM ``return_token_ids``); engines that ignore it are fine."""
-    shard_index: Annotated[int, cli(hidden=True)] = 0
-    shard_count: Annotated[int, cli(hidden=True)] = 1
-    order: Literal["input", "longest-first", "prefix"] = "input"
-    """``input``, ``longest-first`` (long prompts start early, shorter tail) or ``prefix`` (shared
-    prefixes adjacent, for prefix caching)."""
-    limit: Annotated[int | None, Field(ge=1)] = None
-    """Attempt at most this many samples this run (the rest count as remaining)."""
-    retry_failed: Annotated[bool, cli("--retry-failed/--skip-failed")] = True
-    """Retry samples listed in the failures file by an earlier run (False: count them as skipped)."""
-    max_retries: Annotated[int, Field(ge=0)] = 5
-    """Retries per sample for 408/429/5xx/timeouts; connection errors get twice as many."""
-    backoff_base_s: float = 0.5
-    backoff_max_s: float = 30.0
-    request_timeout_s: Annotated[float, cli("--timeout")] = 1800.0
-    """Per-request timeout in seconds."""
-    health_interval_s: Annotated[float, cli("--health-interval")] = 10.0
-    """Seconds between endpoint health checks."""
-    health_timeout_s: float = 5.0
-    """An endpoint that does not answer ``/health`` within this is down (a hung engine): its
-    in-flight requests are cancelled and requeued on the others."""
-    endpoint_wait_s: Annotated[float, cli("--endpoint-wait")] = 600.0
-    """How long to wait while no endpoint is healthy (at start or mid-run) before stopping."""
-    guard: GuardConfig = field(default_factory=GuardConfig)
-    progress: bool = True
-    api_key: Annotated[str | None, cli(envvar="OPENAI_API_KEY")] = None
-    """Bearer token, if the engine needs one."""
-    fsync_interval_s: float = 1.0
-    force_resume: bool = False
-    """Resume into an output written with other settings (model, sampling, template kwargs, max tokens)."""
-
-    def output_settings(self, model: str) -> dict[str, Any]:
-        """What shapes the rows: a resume with other values would mix two datasets in one directory."""
-        return {"model": model, "shard_count": self.shard_count, "max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p,
-                "seed": self.seed, "chat_template_kwargs": self.chat_template_kwargs, "extra_body": self.extra_body}
-
-    split: str | None = None
-    """The DatasetDict split to read (default: train, else the only one)."""
-
-    def validate(self) -> None:
-        if not self.endpoints:
-            raise InputError("at least one endpoint is needed (--endpoint URL)")
-        if not (0 <= self.shard_index < self.shard_count):
-            raise InputError(f"shard {self.shard_index}/{self.shard_count}: need 0 <= i < N")
-        if self.order not in ORDERS:
-            raise InputError(f"order must be one of {', '.join(ORDERS)}, got {self.order!r}")
-        if self.max_tokens < 1 or self.concurrency < 1:
-            raise InputError("max_tokens and concurrency must be positive")
-
-
-@dataclass
-class GenerateSummary:
-    """The accounting of one run for one shard. ``ok`` when everything is accounted for and done."""
-
-    input: int
-    """Prompt rows in this shard (duplicates included)."""
-    done: int
-    failed: int
-    skipped: int
-    """already_done + duplicates + skipped_failed."""
-    remaining: int
-    """Not finished this run (stopped, interrupted or beyond ``limit``); a rerun resumes them."""
-    already_done: int = 0
-    duplicates: int = 0
-    skipped_failed: int = 0
-    retries: int = 0
-    requeued: int = 0
-    output_tokens: int = 0
-    elapsed_s: float = 0.0
-    output_tokens_per_s: float = 0.0
-    stopped_reason: str | None = None
-    guard_tripped: bool = False
-    output_dir: str = ""
-    rows_file: str | None = None
-    failures_file: str | None = None
-    model: str | None = None
-    endpoints: list[dict[str, Any]] = field(default_factory=list)
-    on_disk: int | None = None
-    """This shard's samples found in the output directory after the run (rescanned)."""
-    duplicates_on_disk: int | None = None
-    """Rows beyond the first for any id of this shard (must be 0)."""
-
-    @property
-    def accounted(self) -> bool:
-        counts_match = self.done + self.failed + self.skipped + self.remaining == self.input
-        disk_match = self.on_disk is None or self.on_disk == self.already_done + self.done
-        return counts_match and disk_match and not self.duplicates_on_disk
-
-    @property
-    def ok(self) -> bool:
-        return self.accounted and self.failed == 0 and self.remaining == 0 and self.stopped_reason is None
-
-    def problems(self) -> list[str]:
-        issues = []
-        if self.done + self.failed + self.skipped + self.remaining != self.input:
-            issues.append(
-                f"accounting mismatch: done {self.done} + failed {self.failed} + skipped {self.skipped} + "
-                f"remaining {self.remaining} != input {self.input}"
-            )
-        if self.on_disk is not None and self.on_disk != self.already_done + self.done:
-            issues.append(f"the output holds {self.on_disk} of this shard's samples, expected "
-                          f"{self.already_done + self.done} (already done + done)")
-        if self.duplicates_on_disk:
-            issues.append(f"{self.duplicates_on_disk} duplicate rows in the output")
-        if self.stopped_reason:
-            issues.append(self.stopped_reason)
-        if self.failed:
-            issues.append(f"{self.failed} samples failed (see {self.failures_file})")
-        if self.remaining and not self.stopped_reason:
-            issues.append(f"{self.remaining} samples remain (rerun to resume)")
-        return issues
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["accounted"] = self.accounted
-        data["ok"] = self.ok
-        return data
-
-    def render(self, console) -> None:
-        from rich.table import Table
-
-        table = Table(title="draftsmith generate", show_header=False)
-        table.add_row("input (this shard)", f"{self.input:,}")
-        table.add_row("done", f"{self.done:,}")
-        table.add_row("failed", f"{self.failed:,}")
-        table.add_row(
-            "skipped",
-            f"{self.skipped:,} (already done {self.already_done:,}, duplicates {self.duplicates:,}, "
-            f"earlier failures {self.skipped_failed:,})",
-        )
-        table.add_row("remaining", f"{self.remaining:,}")
-        check = "OK" if self.accounted else "MISMATCH"
-        table.add_row("done+failed+skipped+remaining = input", check)
-        if self.on_disk is not None:
-            table.add_row("rows on disk (this shard)", f"{self.on_disk:,}, duplicates {self.duplicates_on_disk or 0}")
-        table.add_row("retries / requeued", f"{self.retries:,} / {self.requeued:,}")
-        table.add_row("output tokens", f"{self.output_tokens:,} ({self.output_tokens_per_s:,.0f} tok/s)")
-        table.add_row("elapsed", f"{self.elapsed_s:,.1f}s")
-        if self.rows_file:
-            table.add_row("rows", self.rows_file)
-        if self.stopped_reason:
-            table.add_row("stopped", self.stopped_reason)
-        console.print(table)
 
 
 class _Run:
@@ -556,7 +381,7 @@ async def agenerate(config: GenerateConfig, log: Callable[[str], None] | None = 
     A tripped quality guard does not raise here: ``summary.guard_tripped`` and
     ``summary.stopped_reason`` say what happened (the CLI turns it into exit code 3).
     """
-    config.validate()
+    config.check_run()
     require_output_dir(config.output_dir, "--output")
     # One writer per shard of an output directory: two runs of one shard would duplicate rows, while
     # different shards (other nodes) may share the directory.
@@ -617,7 +442,7 @@ async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) 
 
     guard_config = config.guard
     if config.chat_template_kwargs.get("enable_thinking") is False and guard_config.expect_reasoning:
-        guard_config = GuardConfig(**{**asdict(guard_config), "expect_reasoning": False})
+        guard_config = guard_config.model_copy(update={"expect_reasoning": False})
     guard = QualityGuard(guard_config)
     progress = Progress("generate", len(todo), unit="samples", token_unit="out tok", enabled=config.progress,
                         console=console)

@@ -156,9 +156,7 @@ def _tile_plan(layout: BlockLayout) -> list[tuple[int, int, int, torch.Tensor]]:
         return plan
     blocks_per_tile = max(1, layout.tile_queries // layout.block_size)
     starts = list(range(0, layout.num_blocks, blocks_per_tile))
-    visible_anchor = torch.where(layout.anchor_valid, layout.anchors, torch.zeros_like(layout.anchors))
-    # A tile's prefix is its largest visible anchor (keys 0..a-1), one host sync for all tiles.
-    prefixes = [int(visible_anchor[:, start : start + blocks_per_tile].max()) for start in starts] if starts else []
+    prefixes = _tile_prefixes(layout, blocks_per_tile)
     plan = []
     for start, prefix in zip(starts, prefixes):
         end = min(start + blocks_per_tile, layout.num_blocks)
@@ -166,6 +164,21 @@ def _tile_plan(layout: BlockLayout) -> list[tuple[int, int, int, torch.Tensor]]:
         plan.append((start, end, prefix, mask))
     layout._cache["tiles"] = plan
     return plan
+
+
+def _tile_prefixes(layout: BlockLayout, blocks_per_tile: int) -> list[int]:
+    """Each tile's context prefix: its largest visible anchor (it sees keys 0..a-1).
+
+    One reduction over all tiles and one `.tolist()`: the only time the plan waits on the device,
+    once per micro-batch (the plan is cached on the layout and shared by every layer).
+    """
+    num_sequences, num_blocks = layout.anchors.shape
+    if num_blocks == 0:
+        return []
+    tiles = -(-num_blocks // blocks_per_tile)
+    visible = torch.where(layout.anchor_valid, layout.anchors, torch.zeros_like(layout.anchors))
+    padded = F.pad(visible, (0, tiles * blocks_per_tile - num_blocks))  # anchor 0 never widens a prefix
+    return padded.view(num_sequences, tiles, blocks_per_tile).amax(dim=(0, 2)).tolist()
 
 
 def _attend_tile(query, mask, keys, values, scale, dropout_p, gqa):

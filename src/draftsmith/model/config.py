@@ -14,6 +14,8 @@ from typing import Any
 
 from transformers import PretrainedConfig, Qwen3Config
 
+from draftsmith.core.errors import InputError
+
 # Recorded as `dflash_config.feature_definition`: target layer i's feature is decoder layer i's
 # output before the final norm (the engines' definition). A config without it predates the rule.
 FEATURE_DEFINITION = "decoder_layer_output_pre_norm"
@@ -111,6 +113,17 @@ def default_target_layer_ids(num_target_layers: int, num_features: int = DEFAULT
     if count == 1:
         return [(num_target_layers - 1) // 2]
     return [round(i * (num_target_layers - 2) / (count - 1)) for i in range(count)]
+
+
+def resolve_layer_ids(target_config, num_features: int, target_layer_ids: list[int] | None) -> list[int]:
+    """The captured target layers of a run (train, extract): explicit ones, else the default rule;
+    every id must name one of the target's decoder layers."""
+    num_layers = int(target_config.get_text_config().num_hidden_layers)
+    layer_ids = list(target_layer_ids) if target_layer_ids else default_target_layer_ids(num_layers, num_features)
+    bad = [layer for layer in layer_ids if not 0 <= layer < num_layers]
+    if bad:
+        raise InputError(f"target layer ids {bad} outside the target's layers 0..{num_layers - 1}")
+    return layer_ids
 
 
 def build_drafter_config(

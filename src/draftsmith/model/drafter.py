@@ -83,12 +83,16 @@ class DFlashAttention(nn.Module):
         kv_input = torch.cat([context, hidden_states], dim=1)
         kv_len = kv_input.shape[1]
 
-        query = self.q_norm(self.q_proj(hidden_states).view(batch, q_len, self.num_heads, self.head_dim))
-        key = self.k_norm(self.k_proj(kv_input).view(batch, kv_len, self.num_kv_heads, self.head_dim))
         value = self.v_proj(kv_input).view(batch, kv_len, self.num_kv_heads, self.head_dim)
+        # The projections' dtype is the compute dtype (autocast's, else the weights'). RMSNorm's
+        # fp32 weight would promote bf16 q/k back to fp32 under autocast: attention would then run
+        # on fp32 q/k (twice the memory and bandwidth, and flex would refuse the mixed dtypes).
+        compute = value.dtype
+        query = self.q_norm(self.q_proj(hidden_states).view(batch, q_len, self.num_heads, self.head_dim)).to(compute)
+        key = self.k_norm(self.k_proj(kv_input).view(batch, kv_len, self.num_kv_heads, self.head_dim)).to(compute)
         query, key, value = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
 
-        cos, sin = position_embeddings
+        cos, sin = (part.to(compute) for part in position_embeddings)
         query = _apply_rope(query, cos[:, -q_len:], sin[:, -q_len:])
         key = _apply_rope(key, cos, sin)
         if past_key_values is not None:

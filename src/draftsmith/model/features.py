@@ -150,6 +150,21 @@ def mask_token_id(tokenizer) -> int | None:
     return int(token_id)
 
 
+def mask_token_id_for(target_dir) -> int:
+    """The <|MASK|> id of a target directory's tokenizer; a target without one is named, with the fix."""
+    from transformers import AutoTokenizer
+
+    from draftsmith.core.errors import InputError
+
+    token_id = mask_token_id(AutoTokenizer.from_pretrained(target_dir))
+    if token_id is None:
+        raise InputError(
+            f"{target_dir}: the tokenizer has no <|MASK|> token; add one (DFlash blocks are "
+            "[anchor, MASK x (B-1)], see draftsmith.model.ensure_mask_token) or pass --mask-token-id"
+        )
+    return token_id
+
+
 def ensure_mask_token(tokenizer, target_model: nn.Module | None = None) -> int:
     """Return the id of `<|MASK|>`, adding it to `tokenizer` as a special token if absent.
 

@@ -13,12 +13,10 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from draftsmith.core.config import dtype_bytes
 from draftsmith.core.errors import InputError
 from draftsmith.core.units import format_bytes, format_count
-from draftsmith.core.config import DTYPE_BYTES, dtype_bytes  # noqa: F401 (DTYPE_BYTES re-exported)
 from draftsmith.model.shape import language_sections, read_model_config
-
-# The one dtype table lives in core (core.config.DTYPE_BYTES); re-exported for old imports.
 
 # Offline storage has to leave room for the tokenized data, checkpoints and a shard being written.
 USABLE_DISK_FRACTION = 0.8

@@ -198,16 +198,19 @@ def render_train_plan(plan: TrainPlan, console: Console | None = None) -> None:
                       style="bold" if row is plan.headline or row == plan.headline else None)
     console.print(times)
 
-    memory = Table(title="Memory per GPU (GB)", title_justify="left")
-    memory.add_column("component")
-    for item in plan.memory:
-        memory.add_column(item.attention, justify="right")
+    memory = Table(title=f"Memory per GPU (GB of {plan.gpu_memory / 1e9:,.0f})", title_justify="left")
+    memory.add_column("component", no_wrap=True)
+    columns = [*plan.memory, *plan.memory_fsdp]
+    for item in columns:
+        memory.add_column(f"{item.attention}\nDDP" if item.sharding == "ddp" else f"{item.attention}\nFSDP x{item.gpus}",
+                          justify="right")
     for label, key in (("target weights", "target_weights"), ("target activations", "target_activations"),
                        ("features", "features"), ("drafter + grads + AdamW (fp32)", "drafter_states"),
-                       ("drafter activations", "drafter_activations"), ("logits", "logits"),
-                       ("attention workspace", "attention_workspace"), ("total", "total")):
-        memory.add_row(label, *(f"{getattr(item, key) / 1e9:,.1f}" for item in plan.memory), style="bold" if key == "total" else None)
-    memory.add_row("fits", *("-" if item.fits is None else ("[green]yes[/green]" if item.fits else "[red]no[/red]") for item in plan.memory))
+                       ("drafter activations", "drafter_activations"), ("logits (one loss chunk)", "logits"),
+                       ("attention workspace", "attention_workspace"), ("FSDP gathered layers + LM head", "fsdp_gathered"),
+                       ("total", "total")):  # fmt: skip
+        memory.add_row(label, *(f"{getattr(item, key) / 1e9:,.1f}" for item in columns), style="bold" if key == "total" else None)
+    memory.add_row("fits", *("-" if item.fits is None else ("[green]yes[/green]" if item.fits else "[red]no[/red]") for item in columns))
     console.print(memory)
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")

@@ -7,7 +7,6 @@ per-GPU rate is `tokens_per_s / world_size`.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 

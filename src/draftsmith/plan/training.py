@@ -22,9 +22,17 @@ Memory per GPU (micro-batch of S sequences at T = max length, b bytes per activa
 - features: S*T*k*H*b online, *4 offline (read into fp32);
 - drafter states: P_drafter*16 (fp32 weights and grads, AdamW m and v);
 - drafter activations: S*b*(Ld*(Q*(6H+4I) + (T+Q)*2*(a+g)) + T*H);
-- logits: S*M*V*(b + 4 + 4) (the scored logits, their fp32 copy for cross-entropy, its gradient);
+- logits: R*V*(b + 4 + 4) with R = min(S*M, 1024): train's loss scores the M predictions 1024 rows at a
+  time and recomputes each chunk in backward, so one chunk's logits, their fp32 copy for
+  cross-entropy and its gradient are alive at once;
 - attention workspace: S*Ld*heads*Q*K*b (scores saved for backward), K as above; dense also holds the
   boolean mask S*Q*(T+Q).
+
+With `train --sharding fsdp` over G GPUs (FSDP2 over the drafter's layers and the frozen target), the
+target weights and the drafter states are divided by G, and each GPU also holds the all-gathered
+working set: three drafter layers in fp32 (the one computing, the next one prefetched, and the
+unsharded gradient before its reduce-scatter), 12*P_layer, plus the LM head whole in b (V*H*b),
+which the loss scores every chunk with. Activations are per rank either way.
 """
 
 from __future__ import annotations
@@ -53,6 +61,8 @@ GPU_SPECS: dict[str, tuple[float, int]] = {
 # is what well-tuned bf16 training of models this size reaches without heroic kernels.
 DEFAULT_MFU = 0.35
 OPTIMIZER_BYTES_PER_PARAM = 16  # fp32 weight + fp32 grad + AdamW m and v
+LOSS_CHUNK_ROWS = 1024  # train's loss scores this many predictions per LM-head chunk (train.loss.DEFAULT_CHUNK_ROWS)
+FSDP_GATHERED_DRAFTER_LAYERS = 3  # computing, prefetched, unsharded gradient
 
 
 class TrainPlanInputs(BaseModel):
@@ -165,6 +175,8 @@ class TrainTime(BaseModel):
 
 class MemoryBreakdown(BaseModel):
     attention: str
+    sharding: str = "ddp"  # ddp (every GPU holds everything) or fsdp (sharded over `gpus`)
+    gpus: int = 1
     target_weights: int
     target_activations: int
     features: int
@@ -172,6 +184,7 @@ class MemoryBreakdown(BaseModel):
     drafter_activations: int
     logits: int
     attention_workspace: int
+    fsdp_gathered: int = 0  # FSDP's all-gathered layers and LM head (0 under DDP)
     total: int
     fits: bool | None
 
@@ -188,7 +201,8 @@ class TrainPlan(BaseModel):
     gpu_memory: int
     headline: TrainTime
     times: list[TrainTime]  # sparse and dense estimates (and the measured rate when given)
-    memory: list[MemoryBreakdown]  # sparse, dense
+    memory: list[MemoryBreakdown]  # sparse, dense under DDP
+    memory_fsdp: list[MemoryBreakdown]  # sparse, dense under FSDP over `gpus`
     warnings: list[str] = Field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -230,7 +244,9 @@ def sequence_flops(shape: TargetShape, inputs: TrainPlanInputs, tokens: float, a
     )
 
 
-def memory_per_gpu(shape: TargetShape, inputs: TrainPlanInputs, attention: str, gpu_memory: int | None) -> MemoryBreakdown:
+def memory_per_gpu(
+    shape: TargetShape, inputs: TrainPlanInputs, attention: str, gpu_memory: int | None, sharding: str = "ddp"
+) -> MemoryBreakdown:
     b = dtype_size(inputs.dtype)
     s, t = inputs.batch_size, inputs.max_length
     h, i, ld = shape.hidden_size, shape.intermediate_size, inputs.draft_layers
@@ -248,14 +264,22 @@ def memory_per_gpu(shape: TargetShape, inputs: TrainPlanInputs, attention: str, 
         features = s * t * inputs.num_features * h * b
     states = drafter_params(shape, ld, inputs.num_features) * OPTIMIZER_BYTES_PER_PARAM
     activations = s * b * (ld * (q * (6 * h + 4 * i) + (t + q) * 2 * (shape.attention_width + shape.kv_width)) + t * h)
-    logits = s * m * shape.vocab_size * (b + 4 + 4)
+    logits = min(s * m, LOSS_CHUNK_ROWS) * shape.vocab_size * (b + 4 + 4)
     workspace = s * ld * shape.num_heads * q * keys * b
     if attention == "dense":
         workspace += s * q * (t + q)
-    parts = [int(weights), int(target_activations), int(features), int(states), int(activations), int(logits), int(workspace)]
+    gathered, gpus = 0, inputs.gpus if sharding == "fsdp" else 1
+    if sharding == "fsdp":
+        weights, states = weights / gpus, states / gpus
+        gathered = FSDP_GATHERED_DRAFTER_LAYERS * shape.layer_params() * 4 + shape.lm_head_params() * b
+    parts = [int(weights), int(target_activations), int(features), int(states), int(activations), int(logits),
+             int(workspace), int(gathered)]  # fmt: skip
     total = sum(parts)
     return MemoryBreakdown(
         attention=attention,
+        sharding=sharding,
+        gpus=gpus,
+        fsdp_gathered=parts[7],
         target_weights=parts[0],
         target_activations=parts[1],
         features=parts[2],
@@ -332,12 +356,8 @@ def make_train_plan(inputs: TrainPlanInputs | dict[str, Any]) -> TrainPlan:
                 f"{inputs.mean_length:,.0f}; attention grows with length, so benchmark on data of this length"
             )
     memory = [memory_per_gpu(shape, inputs, attention, gpu_memory) for attention in ("sparse", "dense")]
-    chosen = next(item for item in memory if item.attention == inputs.attention)
-    if chosen.fits is False:
-        warnings.append(
-            f"the {inputs.attention} plan needs {chosen.total / 1e9:,.1f} GB per GPU, more than {gpu_memory / 1e9:,.0f} GB: "
-            f"shard the target or lower --batch-size / --num-anchors"
-        )
+    memory_fsdp = [memory_per_gpu(shape, inputs, attention, gpu_memory, "fsdp") for attention in ("sparse", "dense")]
+    warnings += _memory_warnings(inputs, memory, memory_fsdp, gpu_memory)
     return TrainPlan(
         inputs=inputs.model_dump(mode="json"),
         mode=mode,
@@ -351,5 +371,19 @@ def make_train_plan(inputs: TrainPlanInputs | dict[str, Any]) -> TrainPlan:
         headline=headline,
         times=ordered,
         memory=memory,
+        memory_fsdp=memory_fsdp,
         warnings=warnings,
     )
+
+
+def _memory_warnings(inputs: TrainPlanInputs, ddp: list[MemoryBreakdown], fsdp: list[MemoryBreakdown], gpu_memory: int) -> list[str]:
+    """What to do when the chosen attention's run does not fit one GPU under DDP (or under FSDP)."""
+    chosen = next(item for item in ddp if item.attention == inputs.attention)
+    sharded = next(item for item in fsdp if item.attention == inputs.attention)
+    if chosen.fits is not False:
+        return []
+    needs = f"the {inputs.attention} plan needs {chosen.total / 1e9:,.1f} GB per GPU with DDP, more than {gpu_memory / 1e9:,.0f} GB"
+    if sharded.fits:
+        return [f"{needs}: train with --sharding fsdp ({sharded.total / 1e9:,.1f} GB per GPU over {sharded.gpus} GPUs)"]
+    return [f"{needs}, and {sharded.total / 1e9:,.1f} GB with FSDP over {sharded.gpus} GPUs: add GPUs or lower "
+            f"--batch-size / --num-anchors / --max-length"]  # fmt: skip

@@ -11,7 +11,7 @@ __getattr__, __all__ = lazy_exports(
         "regenerate_locally": "data",
         "write_tokenized": "draftsmith.data.tokenized",
         "ExtractResult": "extract",
-        "FeatureStore": "extract",
+        "FeatureStore": "draftsmith.model.feature_store",
         "extract_features": "extract",
         "default_gamma": "loss",
         "dflash_loss": "loss",

@@ -1,13 +1,9 @@
 """`draftsmith extract`: dump the target's hidden-state features for offline training.
 
-Layout of a features directory:
-  index.json                      what was extracted and from what (target, layers, dtype, data
-                                  fingerprint, max_length) and the list of finished shards
-  features-00000.safetensors      `features` [tokens, k*H] (the raw concatenation of the k captured
-                                  layers, as the drafter's `fc` expects), `offsets` [n+1] int64 row
-                                  starts of each sample, `input_ids` [tokens] int32 for verification
-Shards are written to a temporary name and renamed, and the index is rewritten atomically after each
-shard, so an interrupted extract resumes at the first missing shard and never duplicates work.
+The directory's layout and its reader live in `draftsmith.model.feature_store` (offline training
+reads it too). Shards are written to a temporary name and renamed, and the index is rewritten
+atomically after each shard, so an interrupted extract resumes at the first missing shard and never
+duplicates work.
 """
 
 from __future__ import annotations
@@ -20,47 +16,19 @@ from pathlib import Path
 
 import torch
 
+from draftsmith.core.config import torch_dtype
 from draftsmith.core.errors import InputError
 from draftsmith.core.io import atomic_path, write_json_atomic
 from draftsmith.core.lock import lock_directory
 from draftsmith.core.manifest import check_manifest, require_complete, tokenizer_fingerprint
 from draftsmith.core.progress import Progress
 from draftsmith.data.tokenized import TokenizedDataset, load_tokenized
-from draftsmith.model.config import FEATURE_DEFINITION
+from draftsmith.model.config import FEATURE_DEFINITION, resolve_layer_ids
+from draftsmith.model.feature_store import FEATURES_KIND, FEATURES_VERSION, INDEX_NAME
 from draftsmith.train.config import ExtractConfig
 from draftsmith.train.data import check_vocabulary
 
-INDEX_NAME = "index.json"
-FEATURES_KIND = "draftsmith.features"
-FEATURES_VERSION = 1
 SHARD_TARGET_BYTES = 1 << 30
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-
-
-def resolve_layer_ids(target_config, num_features: int, target_layer_ids: list[int] | None) -> list[int]:
-    """The captured target layers: explicit ones, else the model's default rule (shared with train)."""
-    from draftsmith.model import default_target_layer_ids
-
-    num_layers = int(target_config.get_text_config().num_hidden_layers)
-    layer_ids = list(target_layer_ids) if target_layer_ids else default_target_layer_ids(num_layers, num_features)
-    bad = [layer for layer in layer_ids if not 0 <= layer < num_layers]
-    if bad:
-        raise InputError(f"target layer ids {bad} outside the target's layers 0..{num_layers - 1}")
-    return layer_ids
-
-
-def mask_token_id_for(target_dir: Path) -> int:
-    from transformers import AutoTokenizer
-
-    from draftsmith.model import mask_token_id
-
-    token_id = mask_token_id(AutoTokenizer.from_pretrained(target_dir))
-    if token_id is None:
-        raise InputError(
-            f"{target_dir}: the tokenizer has no <|MASK|> token; add one (DFlash blocks are "
-            "[anchor, MASK x (B-1)], see draftsmith.model.ensure_mask_token) or pass --mask-token-id"
-        )
-    return token_id
 
 
 @dataclass
@@ -119,190 +87,148 @@ def extract_features(
         return _extract(settings, started, echo)
 
 
-def _extract(settings: ExtractConfig, started: float, echo) -> ExtractResult:
-    from draftsmith.model import extract_target_features
-    from draftsmith.train.distributed import resolve_device
-    from draftsmith.model.target import load_target_config, load_target_model, weight_files
+@dataclass
+class _Extraction:
+    """What one extract run writes: the data, the captured layers and the index header."""
 
-    target, out, dtype = settings.target, settings.out, settings.dtype
-    data, num_features, target_layer_ids = settings.data, settings.num_features, settings.target_layer_ids
-    max_length, batch_size, samples_per_shard = settings.max_length, settings.batch_size, settings.samples_per_shard
-    device, force, progress = settings.device, settings.force, settings.progress
+    dataset: TokenizedDataset
+    layer_ids: list[int]
+    header: dict
+    samples_per_shard: int
+    summary: str
+
+
+def _extract(settings: ExtractConfig, started: float, echo) -> ExtractResult:
+    plan = _plan(settings, echo)
+    out, dataset = settings.out, plan.dataset
+    index_path = out / INDEX_NAME
+    shards = _finished_shards(index_path, plan.header)
+    done = {shard["first"] for shard in shards}
+    total_shards = (len(dataset) + plan.samples_per_shard - 1) // plan.samples_per_shard
+    bytes_written, skipped, model = 0, 0, None
+    with Progress("extract", len(dataset), unit="samples", enabled=settings.progress) as bar:
+        for shard_number in range(total_shards):
+            first = shard_number * plan.samples_per_shard
+            samples = dataset.samples[first : first + plan.samples_per_shard]
+            if first in done:
+                skipped += 1
+                bar.advance(len(samples))
+                continue
+            if model is None:
+                model = _load_target(settings)
+            tensors = _shard_tensors(model, samples, plan.layer_ids, settings, bar)
+            shard = _write_shard(out, shard_number, first, samples, tensors)
+            bytes_written += (out / shard["file"]).stat().st_size
+            shards = sorted([*shards, shard], key=lambda item: item["first"])
+            write_json_atomic(index_path, {**plan.header, "complete": len(shards) == total_shards, "shards": shards})
+    if not shards or len(shards) != total_shards:
+        write_json_atomic(index_path, {**plan.header, "complete": len(shards) == total_shards, "shards": shards})
+    echo(
+        f"extracted {len(dataset)} samples, {dataset.total_tokens:,} tokens, layers {plan.layer_ids} "
+        f"into {out} ({bytes_written / 1e6:.1f} MB written, {skipped} shard(s) already present)"
+    )
+    return ExtractResult(
+        out_dir=out, num_samples=len(dataset), total_tokens=dataset.total_tokens, layer_ids=plan.layer_ids,
+        bytes_written=bytes_written, shards=total_shards, skipped_shards=skipped,
+        elapsed_s=time.perf_counter() - started, estimate_summary=plan.summary,
+    )  # fmt: skip
+
+
+def _plan(settings: ExtractConfig, echo) -> _Extraction:
+    """Check the target, the data and the disk before any forward; the index header of this run."""
+    from draftsmith.model.target import load_target_config, weight_files
+
+    target, out, dtype, max_length = settings.target, settings.out, settings.dtype, settings.max_length
     target_config = load_target_config(target)
     weight_files(target)  # a truncated or corrupt download is named before the data is read
-    require_complete(data, "the tokenized set", "rerun `draftsmith tokenize --resume` to finish it")
-    dataset = load_tokenized(data, max_length=max_length)
+    require_complete(settings.data, "the tokenized set", "rerun `draftsmith tokenize --resume` to finish it")
+    dataset = load_tokenized(settings.data, max_length=max_length)
     check_vocabulary(dataset, target_config.vocab_size)
-    layer_ids = resolve_layer_ids(target_config, num_features, target_layer_ids)
+    layer_ids = resolve_layer_ids(target_config, settings.num_features, settings.target_layer_ids)
     hidden_size = int(target_config.get_text_config().hidden_size)
 
     estimate = storage_estimate(hidden_size, len(layer_ids), dataset, dtype, out)
     summary = estimate.summary()
     echo(summary)
     free = shutil.disk_usage(out if out.exists() else next(p for p in out.parents if p.exists())).free
-    if estimate.total_bytes > free and not force:
+    if estimate.total_bytes > free and not settings.force:
         raise InputError(
             f"{out}: the features need about {estimate.total_bytes / 1e9:.2f} GB but only "
             f"{free / 1e9:.2f} GB are free; train online (no --offline) or pass --force"
         )
-
-    if samples_per_shard is None:
-        # About 1 GiB per shard: large enough to keep the file count sane, small enough to hold in RAM
-        # while it is written.
-        samples_per_shard = int(min(10_000, max(1, SHARD_TARGET_BYTES // max(1.0, estimate.bytes_per_sample))))
+    # About 1 GiB per shard by default: few enough files, small enough to hold in RAM while written.
+    samples_per_shard = settings.samples_per_shard or int(
+        min(10_000, max(1, SHARD_TARGET_BYTES // max(1.0, estimate.bytes_per_sample)))
+    )
     header = {
-        "kind": FEATURES_KIND,
-        "version": FEATURES_VERSION,
-        "target": str(target.resolve()),
-        "layer_ids": layer_ids,
-        "feature_definition": FEATURE_DEFINITION,
-        "hidden_size": hidden_size,
-        "feature_dim": hidden_size * len(layer_ids),
-        "dtype": dtype,
-        "max_length": max_length,
-        "data": str(Path(data).resolve()),
-        "data_fingerprint": dataset.fingerprint(),
-        "num_samples": len(dataset),
-        "total_tokens": dataset.total_tokens,
+        "kind": FEATURES_KIND, "version": FEATURES_VERSION, "target": str(target.resolve()), "layer_ids": layer_ids,
+        "feature_definition": FEATURE_DEFINITION, "hidden_size": hidden_size, "feature_dim": hidden_size * len(layer_ids),
+        "dtype": dtype, "max_length": max_length, "data": str(Path(settings.data).resolve()),
+        "data_fingerprint": dataset.fingerprint(), "num_samples": len(dataset), "total_tokens": dataset.total_tokens,
         "samples_per_shard": samples_per_shard,
-    }
+    }  # fmt: skip
     # The settings that change the features; a resume with others would mix two extractions.
     check_manifest(out, "extract", {
         "target": tokenizer_fingerprint(target), "data_fingerprint": header["data_fingerprint"],
         "layer_ids": layer_ids, "feature_definition": FEATURE_DEFINITION, "dtype": dtype, "max_length": max_length,
     }, force_flag=None)  # features of two settings in one directory are never usable: no --force-resume
-    index_path = out / INDEX_NAME
-    shards: list[dict] = []
-    if index_path.exists():
-        previous = json.loads(index_path.read_text())
-        mismatched = [key for key in header if key not in ("target", "data") and previous.get(key) != header[key]]
-        if mismatched:
-            raise InputError(
-                f"{index_path}: existing features were extracted with different "
-                f"{', '.join(mismatched)}; extract into a new directory"
-            )
-        shards = [shard for shard in previous.get("shards", []) if (out / shard["file"]).exists()]
-    done = {shard["first"] for shard in shards}
-
-    target_dtype = DTYPES[dtype] if torch.device(resolve_device(device)).type == "cuda" else torch.float32
-    model = None
-    total_shards = (len(dataset) + samples_per_shard - 1) // samples_per_shard
-    bytes_written = 0
-    skipped = 0
-
-    with Progress("extract", len(dataset), unit="samples", enabled=progress) as bar:
-        for shard_number in range(total_shards):
-            first = shard_number * samples_per_shard
-            samples = dataset.samples[first : first + samples_per_shard]
-            if first in done:
-                skipped += 1
-                bar.advance(len(samples))
-                continue
-            if model is None:
-                run_device = resolve_device(device)
-                model = load_target_model(target, run_device, target_dtype)
-            pieces: list[torch.Tensor] = []
-            for start in range(0, len(samples), batch_size):
-                chunk = samples[start : start + batch_size]
-                width = max(sample.num_tokens for sample in chunk)
-                input_ids = torch.zeros((len(chunk), width), dtype=torch.long)
-                attention = torch.zeros((len(chunk), width), dtype=torch.long)
-                for row, sample in enumerate(chunk):
-                    input_ids[row, : sample.num_tokens] = torch.from_numpy(sample.input_ids)
-                    attention[row, : sample.num_tokens] = 1
-                with torch.no_grad():
-                    features = extract_target_features(model, input_ids.to(run_device), attention.to(run_device), layer_ids)
-                for row, sample in enumerate(chunk):
-                    pieces.append(features[row, : sample.num_tokens].to("cpu", DTYPES[dtype]))
-                bar.advance(len(chunk), tokens=sum(sample.num_tokens for sample in chunk))
-            lengths = torch.tensor([0] + [sample.num_tokens for sample in samples], dtype=torch.int64)
-            tensors = {
-                "features": torch.cat(pieces).contiguous(),
-                "offsets": torch.cumsum(lengths, 0),
-                "input_ids": torch.cat([torch.from_numpy(sample.input_ids) for sample in samples]).to(torch.int32),
-            }
-            from safetensors.torch import save_file
-
-            name = f"features-{shard_number:05d}.safetensors"
-            with atomic_path(out / name) as partial:
-                save_file(tensors, str(partial), metadata={"first": str(first), "count": str(len(samples))})
-            bytes_written += (out / name).stat().st_size
-            shards.append({"file": name, "first": first, "count": len(samples), "ids": [s.id for s in samples]})
-            shards.sort(key=lambda shard: shard["first"])
-            write_json_atomic(index_path, {**header, "complete": len(shards) == total_shards, "shards": shards})
-    if not shards or len(shards) != total_shards:
-        write_json_atomic(index_path, {**header, "complete": len(shards) == total_shards, "shards": shards})
-    echo(
-        f"extracted {len(dataset)} samples, {dataset.total_tokens:,} tokens, layers {layer_ids} "
-        f"into {out} ({bytes_written / 1e6:.1f} MB written, {skipped} shard(s) already present)"
-    )
-    return ExtractResult(
-        out_dir=out,
-        num_samples=len(dataset),
-        total_tokens=dataset.total_tokens,
-        layer_ids=layer_ids,
-        bytes_written=bytes_written,
-        shards=total_shards,
-        skipped_shards=skipped,
-        elapsed_s=time.perf_counter() - started,
-        estimate_summary=summary,
-    )
+    return _Extraction(dataset, layer_ids, header, samples_per_shard, summary)
 
 
-class FeatureStore:
-    """Read-side of a features directory: the captured features of sample i, checked against its data."""
+def _finished_shards(index_path: Path, header: dict) -> list[dict]:
+    """The shards an earlier run of the same extraction finished (a resume skips them)."""
+    if not index_path.exists():
+        return []
+    previous = json.loads(index_path.read_text())
+    mismatched = [key for key in header if key not in ("target", "data") and previous.get(key) != header[key]]
+    if mismatched:
+        raise InputError(
+            f"{index_path}: existing features were extracted with different "
+            f"{', '.join(mismatched)}; extract into a new directory"
+        )
+    return [shard for shard in previous.get("shards", []) if (index_path.parent / shard["file"]).exists()]
 
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        index_path = self.path / INDEX_NAME
-        if not index_path.exists():
-            raise InputError(f"{self.path}: no {INDEX_NAME}; create it with `draftsmith extract`")
-        self.index = json.loads(index_path.read_text())
-        if self.index.get("kind") != FEATURES_KIND:
-            raise InputError(f"{index_path}: not a draftsmith features index")
-        if not self.index.get("complete"):
-            raise InputError(f"{index_path}: extraction is incomplete; rerun `draftsmith extract` to finish it")
-        self.layer_ids: list[int] = list(self.index["layer_ids"])
-        # Absent in directories extracted before the definition; only the last layer differs then.
-        self.feature_definition: str | None = self.index.get("feature_definition")
-        self.dtype = DTYPES[self.index["dtype"]]
-        self._shards = sorted(self.index["shards"], key=lambda shard: shard["first"])
-        self._open: dict[str, tuple[object, torch.Tensor]] = {}
 
-    def check_matches(self, dataset: TokenizedDataset, max_length: int) -> None:
-        problems = []
-        if self.index["num_samples"] != len(dataset):
-            problems.append(f"{self.index['num_samples']} samples vs {len(dataset)} in the data")
-        if self.index["max_length"] != max_length:
-            problems.append(f"max_length {self.index['max_length']} vs {max_length}")
-        if not problems and self.index["data_fingerprint"] != dataset.fingerprint():
-            problems.append("the token ids / loss masks differ")
-        if problems:
-            raise InputError(
-                f"{self.path}: features do not match the training data {dataset.source}: "
-                + "; ".join(problems)
-                + " (re-extract for this data)"
-            )
+def _load_target(settings: ExtractConfig):
+    from draftsmith.model.target import load_target_model
+    from draftsmith.train.distributed import resolve_device
 
-    def _shard_for(self, index: int) -> dict:
-        for shard in self._shards:
-            if shard["first"] <= index < shard["first"] + shard["count"]:
-                return shard
-        raise InputError(f"{self.path}: no shard holds sample {index}")
+    device = torch.device(resolve_device(settings.device))
+    # Stored in the asked dtype either way; on CPU the forward runs in fp32 (no fast bf16 matmuls there).
+    return load_target_model(settings.target, device, torch_dtype(settings.dtype) if device.type == "cuda" else torch.float32)
 
-    def get(self, index: int, sample_id: str | None = None) -> torch.Tensor:
-        """Features [T, k*H] of sample `index` (in the stored dtype)."""
-        from safetensors import safe_open
 
-        shard = self._shard_for(index)
-        if shard["file"] not in self._open:
-            if len(self._open) >= 8:
-                self._open.pop(next(iter(self._open)))
-            # Shards can be many GB: keep them memory-mapped and read only the rows asked for.
-            handle = safe_open(str(self.path / shard["file"]), framework="pt")
-            self._open[shard["file"]] = (handle, handle.get_tensor("offsets"))
-        handle, offsets = self._open[shard["file"]]
-        row = index - shard["first"]
-        if sample_id is not None and shard["ids"][row] != sample_id:
-            raise InputError(f"{self.path / shard['file']}: row {row} is {shard['ids'][row]}, expected {sample_id}")
-        return handle.get_slice("features")[int(offsets[row]) : int(offsets[row + 1])]
+@torch.no_grad()
+def _shard_tensors(model, samples, layer_ids: list[int], settings: ExtractConfig, bar) -> dict[str, torch.Tensor]:
+    """The target's captured features of one shard's samples, in batches, as the shard's tensors."""
+    from draftsmith.model import extract_target_features
+
+    device, stored = next(model.parameters()).device, torch_dtype(settings.dtype)
+    pieces: list[torch.Tensor] = []
+    for start in range(0, len(samples), settings.batch_size):
+        chunk = samples[start : start + settings.batch_size]
+        width = max(sample.num_tokens for sample in chunk)
+        input_ids = torch.zeros((len(chunk), width), dtype=torch.long)
+        attention = torch.zeros((len(chunk), width), dtype=torch.long)
+        for row, sample in enumerate(chunk):
+            input_ids[row, : sample.num_tokens] = torch.from_numpy(sample.input_ids)
+            attention[row, : sample.num_tokens] = 1
+        features = extract_target_features(model, input_ids.to(device), attention.to(device), layer_ids)
+        pieces += [features[row, : sample.num_tokens].to("cpu", stored) for row, sample in enumerate(chunk)]
+        bar.advance(len(chunk), tokens=sum(sample.num_tokens for sample in chunk))
+    lengths = torch.tensor([0] + [sample.num_tokens for sample in samples], dtype=torch.int64)
+    return {
+        "features": torch.cat(pieces).contiguous(),
+        "offsets": torch.cumsum(lengths, 0),
+        "input_ids": torch.cat([torch.from_numpy(sample.input_ids) for sample in samples]).to(torch.int32),
+    }
+
+
+def _write_shard(out: Path, shard_number: int, first: int, samples, tensors: dict[str, torch.Tensor]) -> dict:
+    """One shard file, renamed into place whole; its entry for the index."""
+    from safetensors.torch import save_file
+
+    name = f"features-{shard_number:05d}.safetensors"
+    with atomic_path(out / name) as partial:
+        save_file(tensors, str(partial), metadata={"first": str(first), "count": str(len(samples))})
+    return {"file": name, "first": first, "count": len(samples), "ids": [sample.id for sample in samples]}

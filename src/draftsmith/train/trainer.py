@@ -104,7 +104,7 @@ class DrafterTrainer:
         from draftsmith.model import DFlashDraftModel, build_drafter_config
         from draftsmith.model.block_attention import choose_attention
         from draftsmith.model.target import load_embedding_and_head, load_target_config, load_target_model
-        from draftsmith.train.extract import mask_token_id_for
+        from draftsmith.model.features import mask_token_id_for
 
         self.config, self.context, self.device, self.dataset = config, context, context.device, dataset
         compute = config.dtype if config.dtype != "auto" else ("bfloat16" if self.device.type == "cuda" else "float32")
@@ -153,7 +153,8 @@ class DrafterTrainer:
 
     def _feature_source(self, target_config):
         """(FeatureStore or None, the captured layer ids) after checking offline features fit the run."""
-        from draftsmith.train.extract import FeatureStore, resolve_layer_ids
+        from draftsmith.model.config import resolve_layer_ids
+        from draftsmith.model.feature_store import FeatureStore
 
         config = self.config
         if config.offline_features is None:
