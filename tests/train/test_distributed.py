@@ -33,7 +33,7 @@ def _flags(settings: dict) -> list[str]:
     return flags
 
 
-def torchrun(target: Path, data: Path, out: Path, *extra: str, **overrides) -> subprocess.CompletedProcess:
+def torchrun(target: Path, data: Path, out: Path, *extra: str, expect: int = 0, **overrides) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
@@ -49,7 +49,7 @@ def torchrun(target: Path, data: Path, out: Path, *extra: str, **overrides) -> s
         os.killpg(process.pid, signal.SIGKILL)
         stdout, stderr = process.communicate()
         pytest.fail("torchrun did not finish in 300 s:\n" + stdout[-2000:] + stderr[-2000:])
-    assert process.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    assert process.returncode == expect, stdout[-3000:] + stderr[-3000:]
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
@@ -148,3 +148,17 @@ def test_fsdp_equals_ddp_and_resumes_exactly(ddp_run, regenerated, tiny_target_d
         assert a == pytest.approx(b, rel=1e-6, abs=1e-7), step
     for name, tensor in fsdp_weights.items():
         torch.testing.assert_close(_weights(cut)[name], tensor, rtol=1e-6, atol=1e-7, msg=name)
+
+
+def test_eval_prompts_under_ddp_and_refused_under_fsdp(regenerated, tiny_target_dir, tmp_path):
+    from draftsmith.tiny import synthetic_prompts
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps(row) + "\n" for row in synthetic_prompts(2, seed=123)))
+    out = tmp_path / "ddp"
+    torchrun(tiny_target_dir, regenerated, out, "--sharding", "ddp", "--eval-prompts", str(prompts), "--eval-max-new-tokens", "24")
+    evals = [record for record in _log(out) if "eval_tau" in record]
+    assert [record["step"] for record in evals] == [2, 4]  # at the step-2 checkpoint and at the end
+    assert (out / "drafter-best" / "model.safetensors").is_file()
+    completed = torchrun(tiny_target_dir, regenerated, tmp_path / "fsdp", "--sharding", "fsdp", "--eval-prompts", str(prompts), expect=1)
+    assert "--eval-prompts runs under --sharding ddp or in one process" in completed.stderr

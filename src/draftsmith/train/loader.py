@@ -126,6 +126,9 @@ class StepBatch:
     last_in_epoch: bool
     sample_indices: list[list[int]]
     micro_batches: list[BlockBatch]
+    # Offline training: each micro-batch's stored context features [S, T, H] (their stored dtype,
+    # zero past each sequence), read by the workers ahead of the step; None online.
+    features: list[torch.Tensor | None] | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -133,16 +136,27 @@ class StepBatch:
 
     def pin_memory(self) -> StepBatch:  # called by the DataLoader's pin-memory thread
         self.micro_batches = [batch.pin_memory() for batch in self.micro_batches]
+        if self.features is not None:
+            self.features = [None if item is None else item.pin_memory() for item in self.features]
         return self
 
 
 class StepSource:
     """Map-style source for the DataLoader: a `StepDescriptor` in, a `StepBatch` out (runs in workers)."""
 
-    def __init__(self, dataset, *, seed: int, num_anchors: int, block_size: int, mask_token_id: int):
+    def __init__(self, dataset, *, seed: int, num_anchors: int, block_size: int, mask_token_id: int, features=None):
         self.dataset = dataset
         self.seed, self.num_anchors = seed, num_anchors
         self.block_size, self.mask_token_id = block_size, mask_token_id
+        self.features = features  # a FeatureStore (offline training) or None
+
+    def stored_features(self, sample_indices, context_length: int) -> torch.Tensor:
+        """The offline features of these samples as one [S, context_length, H] tensor, zero-padded."""
+        rows = [self.features.get(index, self.dataset[index].id) for index in (int(value) for value in sample_indices)]
+        stacked = torch.zeros((len(rows), context_length, rows[0].shape[-1]), dtype=rows[0].dtype)
+        for row, features in enumerate(rows):
+            stacked[row, : features.shape[0]] = features
+        return stacked
 
     def anchors_for(self, sample_index: int, epoch: int) -> torch.Tensor:
         mask = torch.from_numpy(np.asarray(self.dataset[sample_index].loss_mask))
@@ -157,12 +171,17 @@ class StepSource:
         return build_block_batch(sequences, self.block_size, self.mask_token_id)
 
     def __getitem__(self, step: StepDescriptor) -> StepBatch:
+        batches = [self.block_batch(micro, step.epoch) for micro in step.micro_batches]
+        features = None
+        if self.features is not None:
+            features = [self.stored_features(micro, batch.context_ids.shape[1]) for micro, batch in zip(step.micro_batches, batches)]
         return StepBatch(
             epoch=step.epoch,
             step_in_epoch=step.step_in_epoch,
             last_in_epoch=step.last_in_epoch,
             sample_indices=[[int(value) for value in micro] for micro in step.micro_batches],
-            micro_batches=[self.block_batch(micro, step.epoch) for micro in step.micro_batches],
+            micro_batches=batches,
+            features=features,
         )
 
     def __len__(self) -> int:  # DataLoader asks; a sampler decides what is read

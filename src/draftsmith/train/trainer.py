@@ -25,6 +25,7 @@ import json
 import math
 import sys
 import time
+import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,7 +149,7 @@ class DrafterTrainer:
         self.gamma = config.gamma if config.gamma is not None else default_gamma(config.block_size)
         self.last_grad_norm = torch.zeros((), device=self.device)
         self.source = StepSource(dataset, seed=config.seed, num_anchors=config.num_anchors, block_size=config.block_size,
-                                 mask_token_id=self.mask_token_id)  # fmt: skip
+                                 mask_token_id=self.mask_token_id, features=self.features)  # fmt: skip
 
     def _feature_source(self, target_config):
         """(FeatureStore or None, the captured layer ids) after checking offline features fit the run."""
@@ -185,7 +186,9 @@ class DrafterTrainer:
         return self.source.block_batch(sample_indices, epoch)
 
     @torch.no_grad()
-    def context_features(self, batch: BlockBatch, sample_indices: list[int]) -> torch.Tensor:
+    def context_features(self, batch: BlockBatch, sample_indices: list[int], stored: torch.Tensor | None = None) -> torch.Tensor:
+        """The drafter's context: target features of the batch, from a target forward (online) or
+        the features directory (offline; `stored`: what the loader's workers read ahead)."""
         if self.features is None:
             from draftsmith.model import extract_target_features
 
@@ -194,21 +197,18 @@ class DrafterTrainer:
                 features = extract_target_features(self.target, batch.context_ids.to(self.device, non_blocking=True), context_mask, self.layer_ids)
             # Padding is never attended to; zeroing it makes online and offline inputs identical.
             return features * context_mask[..., None].to(features.dtype)
-        rows = [self.features.get(index, self.dataset[index].id) for index in sample_indices]
-        # Stored in bf16 by default; the drafter's fp32 weights (or autocast) take it from float32.
-        stacked = torch.zeros((len(rows), batch.context_ids.shape[1], rows[0].shape[-1]), dtype=torch.float32,
-                              pin_memory=self.device.type == "cuda")  # fmt: skip
-        for row, features in enumerate(rows):
-            stacked[row, : features.shape[0]] = features.float()
-        return stacked.to(self.device, non_blocking=True)
+        if stored is None:
+            stored = self.source.stored_features(sample_indices, batch.context_ids.shape[1])
+        # Stored in bf16 by default, copied as stored (pinned on CUDA); the drafter's fp32 weights (or autocast) take float32.
+        return stored.to(self.device, non_blocking=True).float()
 
     def forward_loss(self, drafter, sample_indices: list[int], epoch: int):
         """Loss of one micro-batch; `drafter` is the (possibly DDP/FSDP-wrapped) module to call."""
         batch = self.make_batch(sample_indices, epoch)
         return self.forward_batch(drafter, batch, sample_indices), batch
 
-    def forward_batch(self, drafter, batch: BlockBatch, sample_indices: list[int]):
-        features = self.context_features(batch, sample_indices)
+    def forward_batch(self, drafter, batch: BlockBatch, sample_indices: list[int], stored: torch.Tensor | None = None):
+        features = self.context_features(batch, sample_indices, stored)
         device = self.device
         with torch.no_grad():
             noise = self.embed_tokens(batch.noise_ids.to(device, non_blocking=True))
@@ -281,8 +281,7 @@ def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
     evaluator = SpeculativeEval(config, trainer, run.template) if config.eval_prompts is not None and context.is_main else None
     with RunLog(config, context, out_dir, total_steps, state.step) as log:
         for step_batch in loader:
-            _train_step(trainer, model, optimizer, scaler, metrics, step_batch, config.grad_clip)
-            scheduler.step()
+            _train_step(trainer, model, optimizer, scaler, metrics, step_batch, config.grad_clip, scheduler)
             state.finish_step(step_batch.epoch, step_batch.step_in_epoch, step_batch.last_in_epoch)
             metrics.end_step(state.step, trainer.last_grad_norm, step_batch.num_tokens)
             log.progress.advance(1)
@@ -307,19 +306,25 @@ def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
 
 
 def _train_step(trainer: DrafterTrainer, model, optimizer, scaler, metrics: MetricsAccumulator, step_batch: StepBatch,
-                grad_clip: float) -> None:  # fmt: skip
-    """Forward and backward over the step's micro-batches, clip, optimizer step; no host sync (but fp16's scaler)."""
+                grad_clip: float, scheduler=None) -> None:  # fmt: skip
+    """Forward and backward over the step's micro-batches, clip, optimizer and schedule step; no host
+    sync (but fp16's scaler, which skips a step whose gradients overflowed)."""
     optimizer.zero_grad(set_to_none=True)
     count = len(step_batch.micro_batches)
+    stored = step_batch.features or [None] * count
     for index, (batch, sample_indices) in enumerate(zip(step_batch.micro_batches, step_batch.sample_indices, strict=True)):
         with gradient_sync(model, index == count - 1):
-            output = trainer.forward_batch(model, batch, sample_indices)
+            output = trainer.forward_batch(model, batch, sample_indices, stored[index])
             scaler.scale(output.loss / count).backward()
         metrics.add_micro_batch(output)
     scaler.unscale_(optimizer)
     trainer.last_grad_norm = clip_gradients(trainer.drafter.parameters(), grad_clip)
     scaler.step(optimizer)
     scaler.update()
+    if scheduler is not None:
+        with warnings.catch_warnings():  # a step the scaler skipped is still a step of the schedule
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)` before `optimizer.step\\(\\)`")
+            scheduler.step()
 
 
 def _evaluate(evaluator: SpeculativeEval | None, trainer, context, state: TrainState, checkpointer: Checkpointer, log: RunLog) -> None:
