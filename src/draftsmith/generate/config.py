@@ -67,7 +67,7 @@ class GenerateConfig(BaseModel):
     model: str | None = Field(None, description="model name sent with each request (default: the endpoint's first /v1/models id)")
     max_tokens: int = Field(4096, ge=1, description="cap on output tokens per completion")
     temperature: float | None = Field(0.6, description="sampling temperature (>= 0)")
-    top_p: float | None = Field(0.95, gt=0, le=1, description="nucleus sampling")
+    top_p: float | None = Field(0.95, description="nucleus sampling (0, 1]")
     seed: int | None = Field(None, description="sampling seed sent to the engine")
     chat_template_kwargs: dict[str, Any] = Field(
         default_factory=lambda: {"enable_thinking": True},

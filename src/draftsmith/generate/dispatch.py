@@ -1,14 +1,10 @@
-"""Least-outstanding-work dispatch across endpoints, with health checks.
+"""The endpoints of a run and their health.
 
-Every endpoint (one engine = one GPU or node) has a concurrency cap. A new request goes to the
-healthy endpoint with the least outstanding work per unit of capacity, where work is the request's
-expected token count (prompt + expected completion), not the request count: a slow or stalled
-endpoint keeps its work outstanding longer and so receives less new work, instead of stalling
-the run as round-robin would.
-
-An endpoint whose request fails to connect, or whose ``/health`` check fails, is marked down: its
-in-flight requests are cancelled by the caller (see ``Endpoint.inflight``) and requeued, and it is
-re-checked every ``health_interval_s`` until it answers again.
+Every endpoint (one engine = one GPU or node) has a concurrency cap: the number of workers that
+pull samples for it (`workers.py`). An endpoint whose request fails to connect, or whose
+``/health`` check fails, is marked down: its in-flight requests are cancelled by the caller (see
+``Endpoint.inflight``) and requeued, and it is re-checked every ``health_interval_s`` until it
+answers again.
 """
 
 from __future__ import annotations
@@ -30,7 +26,6 @@ class Endpoint:
     capacity: int
     healthy: bool = True
     outstanding: int = 0
-    outstanding_work: float = 0.0
     completed: int = 0
     failed: int = 0
     down_since: float | None = None
@@ -43,12 +38,9 @@ class Endpoint:
     def __post_init__(self) -> None:
         self.label = redact_url(self.url)
 
-    def load(self) -> float:
-        return self.outstanding_work / self.capacity
-
 
 class Dispatcher:
-    """Chooses the endpoint for each request and tracks endpoint health.
+    """Tracks endpoint health.
 
     ``on_down(endpoint)`` is called once when an endpoint is marked down (the pipeline cancels and
     requeues its in-flight requests); ``on_change()`` whenever capacity may have become free.
@@ -82,25 +74,6 @@ class Dispatcher:
         self.log = log
         self._checking: set[str] = set()
         self._task: asyncio.Task | None = None
-
-    # --- choosing ------------------------------------------------------------------------------
-
-    def pick(self) -> Endpoint | None:
-        """The healthy endpoint with free capacity and the least outstanding work (or None)."""
-        best = None
-        for endpoint in self.endpoints:
-            if endpoint.healthy and endpoint.outstanding < endpoint.capacity:
-                if best is None or endpoint.load() < best.load():
-                    best = endpoint
-        return best
-
-    def begin(self, endpoint: Endpoint, work: float) -> None:
-        endpoint.outstanding += 1
-        endpoint.outstanding_work += work
-
-    def end(self, endpoint: Endpoint, work: float) -> None:
-        endpoint.outstanding -= 1
-        endpoint.outstanding_work = max(0.0, endpoint.outstanding_work - work)
 
     @property
     def healthy_count(self) -> int:
