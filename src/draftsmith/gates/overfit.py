@@ -24,8 +24,8 @@ from typing import Any, Callable
 
 from draftsmith.core.errors import InputError
 
-TOLERANCE = 0.10  # engine tau within 10% of the in-process tau
-MIN_FRACTION = 0.5  # in-process tau must reach half the block size: the drafter really overfit
+from draftsmith.gates.config import MIN_FRACTION, TOLERANCE, OverfitConfig  # noqa: F401 (TOLERANCE, MIN_FRACTION re-exported)
+
 RESULT = "overfit.json"
 MARKER = ".draftsmith-overfit"
 
@@ -174,14 +174,14 @@ def run_overfit_gate(config, summary, log: Callable[[str], None] | None = None) 
     from draftsmith.core.lock import lock_directory
 
     log = log or (lambda message: print(message, file=sys.stderr))
-    work = Path(config.overfit_dir or f"{config.export}.overfit")
-    with lock_directory(work, "check --overfit"):
-        prepared = prepare_overfit(config.target, work, export=config.export, samples=config.overfit_samples,
-                                   steps=config.overfit_steps, max_new_tokens=config.overfit_max_new_tokens, log=log)
-    if config.endpoint is None:
+    gate = OverfitConfig.from_check(config)
+    with lock_directory(gate.work, "check --overfit"):
+        prepared = prepare_overfit(gate.target, gate.work, export=gate.export, samples=gate.samples,
+                                   steps=gate.steps, max_new_tokens=gate.max_new_tokens, log=log)
+    if gate.endpoint is None:
         return {"passed": None, "in_process_tau": prepared.in_process_tau, "export_dir": prepared.export_dir,
                 "serve_command": prepared.serve_command,
                 "verdict": (f"not judged yet: in-process tau {prepared.in_process_tau:.2f} (block size "
                             f"{prepared.block_size}); serve the gate's export with `{prepared.serve_command}` and "
                             "rerun with --endpoint URL")}
-    return engine_verdict(prepared, config.endpoint)
+    return engine_verdict(prepared, gate.endpoint)
