@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from draftsmith.tiny import synthetic_prompts
-from draftsmith.train import regenerate_locally
+from regenerate import regenerate_locally
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,8 @@ import torch
 from draftsmith.cli import main
 from draftsmith.plan.training import make_train_plan
 from draftsmith.tiny import synthetic_prompts
-from draftsmith.train import TrainConfig, regenerate_locally, train_drafter
+from draftsmith.train import TrainConfig, train_drafter
+from regenerate import regenerate_locally
 
 
 @pytest.fixture(scope="module")

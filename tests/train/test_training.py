@@ -16,7 +16,8 @@ import torch
 from draftsmith.cli import main
 from draftsmith.core.errors import InputError
 from draftsmith.tiny import synthetic_prompts
-from draftsmith.train import FeatureStore, TrainConfig, extract_features, load_tokenized, regenerate_locally, train_drafter
+from draftsmith.train import FeatureStore, TrainConfig, extract_features, load_tokenized, train_drafter
+from regenerate import regenerate_locally
 from draftsmith.train.distributed import init_distributed
 from draftsmith.train.trainer import DrafterTrainer
 

@@ -49,8 +49,7 @@ def positive_field(data: dict, key: str, source: str, integer: bool = False, lab
 
 
 def load_bench(path: str | Path) -> BenchSummary:
-    path = Path(path)
-    return bench_from_dict(read_json_file(path, "bench result file"), source=str(path))
+    return bench_from_dict(read_json_file(Path(path), "bench result file"), source=str(path))
 
 
 def bench_from_dict(data: Any, source: str = "bench result") -> BenchSummary:

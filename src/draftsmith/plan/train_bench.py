@@ -38,8 +38,7 @@ class TrainBenchSummary(BaseModel):
 
 
 def load_train_bench(path: str | Path) -> TrainBenchSummary:
-    path = Path(path)
-    return train_bench_from_dict(read_json_file(path, "train benchmark file"), source=str(path))
+    return train_bench_from_dict(read_json_file(Path(path), "train benchmark file"), source=str(path))
 
 
 def train_bench_from_dict(data: Any, source: str = "train benchmark") -> TrainBenchSummary:

@@ -8,7 +8,6 @@ __getattr__, __all__ = lazy_exports(
         "TokenizedDataset": "draftsmith.data.tokenized",
         "TokenizedSample": "draftsmith.data.tokenized",
         "load_tokenized": "draftsmith.data.tokenized",
-        "regenerate_locally": "data",
         "write_tokenized": "draftsmith.data.tokenized",
         "ExtractResult": "extract",
         "FeatureStore": "draftsmith.model.feature_store",

@@ -65,20 +65,21 @@ def shutdown(context: DistributedContext) -> None:
         dist.destroy_process_group()
 
 
-def all_reduce_sum(values: torch.Tensor, context: DistributedContext) -> torch.Tensor:
+def _all_reduce(values: torch.Tensor, context: DistributedContext, op) -> torch.Tensor:
+    """`values` reduced over the ranks (a copy on the collective's device, returned where it was)."""
     if not context.enabled:
         return values
     reduced = values.detach().clone().to(context.device)
-    dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
+    dist.all_reduce(reduced, op=op)
     return reduced.to(values.device)
+
+
+def all_reduce_sum(values: torch.Tensor, context: DistributedContext) -> torch.Tensor:
+    return _all_reduce(values, context, dist.ReduceOp.SUM)
 
 
 def all_reduce_max(values: torch.Tensor, context: DistributedContext) -> torch.Tensor:
-    if not context.enabled:
-        return values
-    reduced = values.detach().clone().to(context.device)
-    dist.all_reduce(reduced, op=dist.ReduceOp.MAX)
-    return reduced.to(values.device)
+    return _all_reduce(values, context, dist.ReduceOp.MAX)
 
 
 def barrier(context: DistributedContext) -> None:
