@@ -133,3 +133,17 @@ def test_extract_on_a_truncated_target_exits_2_with_one_line(small_targets, tmp_
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert f"{weights}: not a readable safetensors file" in lines[0]
+
+
+def test_serve_on_a_truncated_target_exits_2_with_one_line(small_targets, tmp_path):
+    # serve loads through the same loader: before, a cut download gave safetensors' traceback, exit 1.
+    target = _copy(small_targets["single"], tmp_path / "target")
+    weights = target / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    env = dict(os.environ, PYTHONPATH=SRC)
+    result = subprocess.run([sys.executable, "-m", "draftsmith", "serve", "--model", str(target), "--port", "0"],
+                            capture_output=True, text=True, env=env, timeout=240)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in result.stderr and len(lines) == 1, result.stderr
+    assert f"{weights}: not a readable safetensors file" in lines[0]

@@ -186,14 +186,16 @@ class ModelBackend:
 
     def __init__(self, config: ServeConfig):
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
+
+        from draftsmith.model.target import load_target_model
 
         if config.model_dir is None:
             raise ValueError("the model backend needs a model directory")
         self.torch = torch
+        # The one target loader: a truncated download or a bad config.json is one line (exit 2).
+        self.model = load_target_model(config.model_dir, "cpu", torch.float32)
         self.tokenizer = AutoTokenizer.from_pretrained(config.model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(config.model_dir, dtype=torch.float32)
-        self.model.eval()
         self.max_batch_size = config.max_batch_size
         self.batch_wait_s = config.batch_wait_s
         eos = set()
