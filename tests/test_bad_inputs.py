@@ -83,7 +83,7 @@ def files(tmp_path_factory, tiny_target_dir) -> dict[str, Path]:
     paths["messages_number"] = root / "messages-number.jsonl"
     paths["messages_number"].write_text(_prompt_row("one") + json.dumps({"id": "n", "messages": 3}) + "\n")
 
-    from draftsmith.train.data import write_tokenized
+    from draftsmith.data.tokenized import write_tokenized
 
     generator = torch.Generator().manual_seed(0)
     rows = []
