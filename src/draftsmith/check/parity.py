@@ -30,8 +30,9 @@ def _prompt_ids(tokenizer, vocab_size: int):
     import torch
 
     if tokenizer is not None and getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(PROMPT, tokenize=False, add_generation_prompt=True)
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        from draftsmith.data.prompts import generation_prompt_ids
+
+        ids = generation_prompt_ids(tokenizer, PROMPT)
     else:
         ids = [(7 * i + 11) % vocab_size for i in range(24)]
     return torch.tensor([ids])

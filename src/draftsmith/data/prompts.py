@@ -72,3 +72,15 @@ def load_prompts(
                 f"{sample.source}: sample id {sample.id!r} was already used by a different prompt at {previous.source}"
             )
     return list(seen.values()), duplicates
+
+
+def generation_prompt_ids(tokenizer: Any, messages: list[dict], tools: list | None = None,
+                          template_kwargs: dict[str, Any] | None = None) -> list[int]:  # fmt: skip
+    """The ids a model continues from: `messages` (and `tools`) through the chat template with the
+    generation prompt, rendered as text and encoded without special tokens (the template adds its own),
+    as engines do. Used by every stage that decodes in process (eval, train --eval-prompts, the gates)."""
+    kwargs = dict(template_kwargs or {})
+    if tools:
+        kwargs["tools"] = tools
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -22,6 +22,7 @@ import torch
 from draftsmith.core.errors import DraftsmithError, InputError
 from draftsmith.core.io import dumps_json
 from draftsmith.core.paths import require_dir
+from draftsmith.data.prompts import generation_prompt_ids
 from draftsmith.evaluate.prompts import Prompt, prompt_from_row, read_prompts
 from draftsmith.model import DFlashDraftModel, load_drafter
 from draftsmith.model.speculative import (  # noqa: F401  (re-exported: draftsmith.evaluate's public names)
@@ -161,10 +162,7 @@ def _first_mismatch(a: Sequence[int], b: Sequence[int]) -> int | None:
 def _encode(tokenizer, prompt, enable_thinking: bool | None) -> list[int]:
     if prompt.messages is not None:
         kwargs = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
-        if prompt.tools:
-            kwargs["tools"] = prompt.tools
-        text = tokenizer.apply_chat_template(prompt.messages, tokenize=False, add_generation_prompt=True, **kwargs)
-        return tokenizer(text, add_special_tokens=False)["input_ids"]
+        return generation_prompt_ids(tokenizer, prompt.messages, prompt.tools, kwargs)
     return tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
 
 

@@ -65,13 +65,13 @@ def _training_rows(target, tokenizer, prompts: list[dict], max_new_tokens: int) 
     """The target's own greedy answers: the drafter learns exactly what it will be asked to draft."""
     import torch
 
+    from draftsmith.data.prompts import generation_prompt_ids
     from draftsmith.evaluate import greedy_decode
 
     stop = [int(tokenizer.eos_token_id)] if tokenizer.eos_token_id is not None else []
     rows = []
     for prompt in prompts:
-        text = tokenizer.apply_chat_template(prompt["messages"], tokenize=False, add_generation_prompt=True)
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = generation_prompt_ids(tokenizer, prompt["messages"])
         answer = greedy_decode(target, torch.tensor([ids]), max_new_tokens, stop).tokens
         rows.append({"id": prompt["id"], "input_ids": ids + answer, "loss_mask": [0] * len(ids) + [1] * len(answer),
                      "finish_reason": "stop" if answer and answer[-1] in stop else "length"})

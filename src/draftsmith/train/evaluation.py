@@ -26,19 +26,14 @@ def encode_prompts(path: Path, target_dir: Path, template: dict | None, limit: i
     """The token ids of the first `limit` prompts of `path`, through the target's chat template."""
     from transformers import AutoTokenizer
 
-    from draftsmith.data.prompts import load_prompts
+    from draftsmith.data.prompts import generation_prompt_ids, load_prompts
 
     prompts, _ = load_prompts(path)
     if not prompts:
         raise InputError(f"{path}: --eval-prompts holds no prompt")
     tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
-    kwargs = dict((template or {}).get("kwargs") or {})
-    encoded = []
-    for prompt in prompts[:limit]:
-        extra = {**kwargs, "tools": prompt.tools} if prompt.tools else kwargs
-        text = tokenizer.apply_chat_template(prompt.messages, tokenize=False, add_generation_prompt=True, **extra)
-        encoded.append(list(tokenizer(text, add_special_tokens=False)["input_ids"]))
-    return encoded
+    kwargs = (template or {}).get("kwargs") or {}
+    return [generation_prompt_ids(tokenizer, prompt.messages, prompt.tools, kwargs) for prompt in prompts[:limit]]
 
 
 class SpeculativeEval:
