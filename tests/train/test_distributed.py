@@ -4,11 +4,8 @@ FSDP2 against DDP, and an FSDP resume against an uninterrupted FSDP run."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,8 +16,8 @@ from draftsmith.train import TrainConfig, load_tokenized, train_drafter
 from draftsmith.train.distributed import init_distributed
 from draftsmith.train.loader import StepSampler, trainable_indices
 from draftsmith.train.trainer import DrafterTrainer
+from two_ranks import torchrun_train
 
-SRC = Path(__file__).resolve().parents[2] / "src"
 # 2 ranks x 2 micro-batches of 1 sequence per step; no clipping, so summed gradients would show.
 SHAPE = dict(block_size=8, num_draft_layers=1, max_steps=4, batch_size=1, grad_accum=2, num_anchors=16, grad_clip=0.0, lr=2e-3,
              warmup_ratio=0.0, save_every=2, keep_checkpoints=5, log_every=1)  # fmt: skip
@@ -34,23 +31,12 @@ def _flags(settings: dict) -> list[str]:
 
 
 def torchrun(target: Path, data: Path, out: Path, *extra: str, expect: int = 0, **overrides) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        "-m", "draftsmith", "train", "--target", str(target), "--data", str(data), "--out", str(out),
-        "--dtype", "fp32", "--device", "cpu", "--threads", "1", "--no-progress", "--data-workers", "0",
-        *_flags({**SHAPE, **overrides}), *extra,
-    ]  # fmt: skip
-    # Own session, so a hang cannot leave torchrun's worker processes behind.
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        stdout, stderr = process.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
-        pytest.fail("torchrun did not finish in 300 s:\n" + stdout[-2000:] + stderr[-2000:])
-    assert process.returncode == expect, stdout[-3000:] + stderr[-3000:]
-    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+    completed = torchrun_train([
+        "--target", str(target), "--data", str(data), "--out", str(out), "--dtype", "fp32", "--device", "cpu",
+        "--threads", "1", "--no-progress", "--data-workers", "0", *_flags({**SHAPE, **overrides}), *extra,
+    ], timeout=300)  # fmt: skip
+    assert completed.returncode == expect, completed.stdout[-3000:] + completed.stderr[-3000:]
+    return completed
 
 
 def _log(out: Path) -> list[dict]:

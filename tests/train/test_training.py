@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,11 +13,10 @@ from draftsmith.cli import main
 from draftsmith.core.errors import InputError
 from draftsmith.tiny import synthetic_prompts
 from draftsmith.train import FeatureStore, TrainConfig, extract_features, load_tokenized, train_drafter
-from regenerate import regenerate_locally
 from draftsmith.train.distributed import init_distributed
 from draftsmith.train.trainer import DrafterTrainer
+from two_ranks import torchrun_train
 
-SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def small_config(target: Path, data: Path, out: Path, **overrides) -> TrainConfig:
@@ -164,22 +159,11 @@ def test_training_loss_drops_on_the_tiny_target(regenerated, tiny_target_dir, tm
 
 def test_torchrun_two_processes_stay_in_sync(regenerated, tiny_target_dir, tmp_path):
     out = tmp_path / "ddp"
-    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        "-m", "draftsmith", "train", "--target", str(tiny_target_dir), "--data", str(regenerated), "--out", str(out),
+    completed = torchrun_train([
+        "--target", str(tiny_target_dir), "--data", str(regenerated), "--out", str(out),
         "--block-size", "8", "--draft-layers", "1", "--epochs", "1", "--max-steps", "3", "--batch-size", "2",
         "--grad-accum", "2", "--dtype", "fp32", "--device", "cpu", "--threads", "1", "--no-progress", "--num-anchors", "16",
-    ]  # fmt: skip
-    # Own session, so a hang cannot leave torchrun's worker processes behind.
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        stdout, stderr = process.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
-        pytest.fail("torchrun did not finish in 240 s:\n" + stdout[-2000:] + stderr[-2000:])
-    completed = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+    ], timeout=240)  # fmt: skip
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     summary = json.loads((out / "train_summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] == 3

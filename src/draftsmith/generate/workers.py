@@ -179,10 +179,10 @@ class GenerationRun:
     def _retry_delay(self, sample: PromptSample, endpoint: Endpoint, kind: str, value: Any,
                      retry_after: float | None) -> float | None:  # fmt: skip
         """Seconds to sleep before the next try, or None when the sample has failed for good."""
-        endpoint.failed += kind != "fail"
-        if kind == "fail":
+        if kind == "fail":  # the request's own fault (a 4xx, a malformed reply), not the endpoint's
             self._fail(sample, str(value), endpoint)
             return None
+        endpoint.failed += 1
         if kind == "connection":
             self.dispatcher.suspect(endpoint, str(value))
             count = self.connection_errors[sample.id] = self.connection_errors.get(sample.id, 0) + 1

@@ -47,12 +47,9 @@ class SpeculativeEval:
 
     def target(self):
         if self._target is None:
-            from draftsmith.core.config import torch_dtype
             from draftsmith.model.target import load_target_model
 
-            trainer = self.trainer
-            dtype = torch_dtype(trainer.compute_dtype_name) if trainer.device.type == "cuda" else torch.float32
-            self._target = load_target_model(self.config.target, trainer.device, dtype)
+            self._target = load_target_model(self.config.target, self.trainer.device, self.trainer.target_dtype)
         return self._target
 
     @torch.no_grad()

@@ -1,8 +1,8 @@
 """What a training run checks before its target loads: the data, the output directory, the resume point.
 
 The run manifest records what the run's output depends on, by content, not by path: the target's
-tokenizer files and its weights (`weights_fingerprint`: the safetensors headers and file sizes,
-read in milliseconds at any model size), the tokenized data's content (`dataset.fingerprint()`)
+tokenizer files and its weights (`weights_fingerprint`: the safetensors headers, file sizes and
+sampled bytes of every tensor, ~8 KiB a tensor at any model size), the tokenized data's content (`dataset.fingerprint()`)
 and the settings that shape the saved optimizer state and data position. A resume on a target or
 data rewritten in place is refused like one on another path.
 """

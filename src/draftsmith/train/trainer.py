@@ -127,15 +127,16 @@ class DrafterTrainer:
             self.drafter_config.dflash_config = {**self.drafter_config.dflash_config, "template": template}
         self.layer_ids = list(self.drafter_config.target_layer_ids)
 
-        target_dtype = torch_dtype(compute) if (compute != "float32" and self.device.type == "cuda") else torch.float32
+        # The frozen target's weights: the run's dtype on CUDA; on CPU fp32 (no fast bf16 matmuls there).
+        self.target_dtype = torch_dtype(compute) if self.device.type == "cuda" else torch.float32
         if self.features is None:
-            self.target = load_target_model(config.target, self.device, target_dtype)
+            self.target = load_target_model(config.target, self.device, self.target_dtype)
             self.embed_tokens = self.target.get_input_embeddings()
             self.lm_head = self.target.get_output_embeddings()
             shard_target(self.target, context, config.sharding)
         else:
             self.target = None
-            self.embed_tokens, self.lm_head = load_embedding_and_head(config.target, self.device, target_dtype)
+            self.embed_tokens, self.lm_head = load_embedding_and_head(config.target, self.device, self.target_dtype)
 
         # The same seed gives the same initial drafter on every rank and in every mode.
         torch.manual_seed(config.seed)
@@ -178,9 +179,6 @@ class DrafterTrainer:
         if self.autocast_dtype is None:
             return nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
-
-    def anchors_for(self, sample_index: int, epoch: int) -> torch.Tensor:
-        return self.source.anchors_for(sample_index, epoch)
 
     def make_batch(self, sample_indices: list[int], epoch: int) -> BlockBatch:
         return self.source.block_batch(sample_indices, epoch)
