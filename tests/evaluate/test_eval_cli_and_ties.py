@@ -4,7 +4,11 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +20,7 @@ from draftsmith.model import DFlashDraftModel, build_drafter_config, save_drafte
 from draftsmith.model.speculative import greedy_decode
 from draftsmith.tiny import synthetic_prompts
 
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 NEW_TOKENS = 12
 FLIP_AT = 2
 
@@ -168,15 +173,49 @@ def test_cli_eval_temperature_end_to_end(tiny_target_dir, drafter_dir, prompts_f
     assert "--temperature" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbage"])
-def test_cli_eval_unreadable_target_weights_is_one_line(tiny_target_dir, drafter_dir, prompts_file, tmp_path, capsys,
-                                                        damage):
+DAMAGES = {
+    # file damaged -> (new bytes from the old ones, what the one line must say after the path)
+    "truncated weights": ("model.safetensors", lambda data: data[: len(data) // 2], "not a readable safetensors file"),
+    "garbage weights": ("model.safetensors", lambda data: b"\x07" * 64, "not a readable safetensors file"),
+    "bad config.json": ("config.json", lambda data: b'{"architectures": [', "invalid JSON"),
+    "bad generation_config.json": ("generation_config.json", lambda data: b"not json", "invalid JSON"),
+}
+
+
+def _damaged_target(tiny_target_dir, tmp_path, damage: str):
+    name, rewrite, message = DAMAGES[damage]
     broken = tmp_path / "target"
     shutil.copytree(tiny_target_dir, broken)
-    weights = broken / "model.safetensors"
-    data = weights.read_bytes()
-    weights.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"\x07" * 64)
-    assert main(_eval_args(broken, drafter_dir, prompts_file)) == 2
+    file = broken / name
+    file.write_bytes(rewrite(file.read_bytes()))
+    return file, message
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_cli_eval_on_a_broken_target_is_one_line_naming_the_file(tiny_target_dir, drafter_dir, prompts_file, tmp_path,
+                                                                 capsys, damage):
+    # eval loads the target through model.target's loader: before, a bad config.json was
+    # transformers' traceback (exit 1) and a bad generation_config.json was ignored (exit 0).
+    file, message = _damaged_target(tiny_target_dir, tmp_path, damage)
+    assert main(_eval_args(file.parent, drafter_dir, prompts_file)) == 2
     err = capsys.readouterr().err
     assert err.startswith("draftsmith: error:") and err.count("\n") == 1, err
-    assert f"{broken}: cannot read the target's weights" in err and "Traceback" not in err
+    assert f"{file}" in err and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("damage", ["bad config.json", "bad generation_config.json"])
+def test_eval_and_serve_processes_on_a_bad_config_exit_2_with_one_line(tiny_target_dir, drafter_dir, prompts_file,
+                                                                        tmp_path, damage):
+    file, message = _damaged_target(tiny_target_dir, tmp_path, damage)
+    env = dict(os.environ, PYTHONPATH=SRC)
+    commands = {
+        "eval": ["eval", "--target", str(file.parent), "--drafter", str(drafter_dir), "--prompts", str(prompts_file),
+                 "--max-new-tokens", "4"],
+        "serve": ["serve", "--backend", "model", "--model", str(file.parent), "--port", "0"],
+    }  # fmt: skip
+    for stage, args in commands.items():
+        result = subprocess.run([sys.executable, "-m", "draftsmith", *args], capture_output=True, text=True, env=env,
+                                timeout=240)  # fmt: skip
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, (stage, result.stderr)
+        assert lines[0].startswith(f"draftsmith: error: {file}") and message in lines[0], (stage, lines[0])

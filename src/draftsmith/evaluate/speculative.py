@@ -25,6 +25,7 @@ from draftsmith.core.paths import require_dir
 from draftsmith.data.prompts import generation_prompt_ids
 from draftsmith.evaluate.prompts import Prompt, prompt_from_row, read_prompts
 from draftsmith.model import DFlashDraftModel, load_drafter
+from draftsmith.model.target import load_target_model
 from draftsmith.model.speculative import (  # noqa: F401  (re-exported: draftsmith.evaluate's public names)
     DecodeResult,
     accept_probability,
@@ -274,25 +275,17 @@ def evaluate_drafter(
 
 
 def _load_target(path: str | Path, tokenizer, device: str | torch.device, dtype: torch.dtype):
-    """(target, tokenizer) from a model directory, the weights loaded on `device` in `dtype`; an
-    unreadable weights file or config is one line naming the directory."""
-    from safetensors import SafetensorError
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """(target, tokenizer) from a model directory, through the one target loader: a bad config.json
+    or generation_config.json or an unreadable weights file is one line naming the file."""
+    from transformers import AutoTokenizer
 
     target_path = require_dir(path, "--target")
-    if not (target_path / "config.json").is_file():
-        raise InputError(f"{target_path}: not a model directory (no config.json)")
-    device = torch.device(device)
-    tokenizer = tokenizer or AutoTokenizer.from_pretrained(target_path)
-    # TODO(model.target): load_target_model(target_path, device, dtype) once it is on main.
-    placement = {} if device.type == "cpu" else {"device_map": device}
+    target = load_target_model(target_path, device, dtype)
     try:
-        target = AutoModelForCausalLM.from_pretrained(target_path, dtype=dtype, **placement)
-    except SafetensorError as error:
-        raise InputError(f"{target_path}: cannot read the target's weights ({error})") from None
-    except (OSError, json.JSONDecodeError) as error:
+        tokenizer = tokenizer or AutoTokenizer.from_pretrained(target_path)
+    except (OSError, ValueError, json.JSONDecodeError) as error:
         first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise InputError(f"{target_path}: cannot load the target ({first_line})") from None
+        raise InputError(f"{target_path}: the target's tokenizer does not load ({first_line})") from None
     return target, tokenizer
 
 
