@@ -64,15 +64,15 @@ def logit_parity(export_dir, target_dir, tokenizer=None, target=None) -> ParityR
                             "pip install --no-deps dflash==0.1.0", tolerance=TOLERANCE)
     import torch
     from dflash import DFlashDraftModel as Reference
-    from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # stdout/stderr carry the check's lines, not loading bars
 
     from draftsmith.model import load_drafter
+    from draftsmith.model.target import load_target_model
 
     if target is None:
-        target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
+        target = load_target_model(target_dir, "cpu", torch.float32)
     ours = load_drafter(export_dir, dtype=torch.float32)
     try:
         reference = Reference.from_pretrained(str(export_dir), attn_implementation="sdpa", dtype=torch.float32).eval()

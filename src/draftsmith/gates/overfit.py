@@ -95,12 +95,13 @@ def prepare_overfit(target_dir: str | Path, work: str | Path, export: str | Path
                     log: Callable[[str], None] = lambda _: None) -> OverfitPrepared:
     """Train on `samples` target answers, export to `<work>/export`, measure the in-process tau."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from draftsmith.data.tokenized import write_tokenized
     from draftsmith.evaluate import evaluate_drafter
     from draftsmith.export.exporter import export_drafter, serving_commands
     from draftsmith.model import load_drafter_config
+    from draftsmith.model.target import load_target_model
     from draftsmith.tiny import synthetic_prompts
     from draftsmith.train import TrainConfig, train_drafter
 
@@ -117,7 +118,7 @@ def prepare_overfit(target_dir: str | Path, work: str | Path, export: str | Path
     prompts_file = work / "prompts.jsonl"
     prompts_file.write_text("".join(json.dumps(row) + "\n" for row in prompts))
     tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
-    target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
+    target = load_target_model(target_dir, "cpu", torch.float32)
     rows = _training_rows(target, tokenizer, prompts, max_new_tokens)
     write_tokenized(rows, work / "tokenized")
     log(f"[overfit] {samples} sample(s), {sum(sum(r['loss_mask']) for r in rows)} answer tokens; training {steps} steps")
