@@ -185,8 +185,18 @@ def _without_nulls(value):
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(tiny_target_dir):
-    return tiny_target_dir
+def tokenizer_dir(tiny_target_dir, tmp_path_factory):
+    """The tiny target's tokenizer under a template that renders tool calls (the sharegpt_tool_turns
+    case has one; under a template without them tokenize drops the row as tool_calls_not_rendered)."""
+    from transformers import AutoTokenizer
+
+    from chat_templates import tool_call_template
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_target_dir)
+    tokenizer.chat_template = tool_call_template()
+    out = tmp_path_factory.mktemp("tokenizer")
+    tokenizer.save_pretrained(out)
+    return out
 
 
 @pytest.mark.parametrize("kind", list(KINDS))

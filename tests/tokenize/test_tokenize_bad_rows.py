@@ -11,17 +11,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-from draftsmith.data.tokenized import read_shard
 import pytest
 
-from draftsmith.tiny import chat_template, synthetic_conversations
-from tokenize_helpers import save_tokenizer_with_template, write_jsonl
+from draftsmith.data.tokenized import read_shard
+from draftsmith.tiny import synthetic_conversations
+from tokenize_helpers import save_tokenizer_with_template, tool_call_template, write_jsonl
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 # The tiny template, refusing one kind of row the way real templates do (`raise_exception`).
 RAISING_TEMPLATE = (
     '{%- if messages[0].content == "boom" -%}{{- raise_exception("Conversation roles must alternate") -}}{%- endif -%}'
-    + chat_template()
+    + tool_call_template()  # renders the function-call row's tool call, so only the planted rows drop
 )
 
 
@@ -92,8 +92,6 @@ def test_bad_rows_are_skipped_and_counted_and_the_run_goes_on(tmp_path, tiny_tar
 def test_a_function_call_turn_renders_as_a_tool_call(tmp_path, tiny_target_dir):
     from transformers import AutoTokenizer
 
-    from tokenize_helpers import tool_call_template
-
     tokenizer = save_tokenizer_with_template(tiny_target_dir, tool_call_template(), tmp_path / "tok")
     source = write_jsonl(tmp_path / "rows.jsonl", function_calling_rows()[1:])
     done = run_tokenize(source, "-t", tokenizer, "-o", tmp_path / "out", "--workers", "1", "--no-progress", "--no-audit")
@@ -103,6 +101,24 @@ def test_a_function_call_turn_renders_as_a_tool_call(tmp_path, tiny_target_dir):
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>' in text
     assert '"get_weather", "arguments"' in text and '<|im_start|>assistant\n{"name"' not in text
 
+
+
+def test_a_tool_call_the_template_cannot_render_is_dropped_and_counted(tmp_path, tiny_target_dir):
+    # The tiny target's template has no tool_calls branch: the function_call turn rendered as an
+    # empty assistant message and the row was written without a word.
+    rows = function_calling_rows()[1:] + list(synthetic_conversations(3, seed=2))
+    source = write_jsonl(tmp_path / "rows.jsonl", rows)
+    out = tmp_path / "out"
+    done = run_tokenize(source, "-t", tiny_target_dir, "-o", out, "--workers", "1", "--no-progress", "--no-audit",
+                        "--max-error-share", "0.5")  # fmt: skip
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    summary = json.loads((out / "tokenize_summary.json").read_text())
+    assert summary["dropped"] == {"tool_calls_not_rendered": 1} and summary["errors"] == 1
+    assert summary["written"] == 3
+    assert summary["examples"]["tool_calls_not_rendered"] == [
+        f"{source}:1 (function-call): turn 1: the chat template does not render the tool "
+        "call 'get_weather', so the call would be lost from the training text (is this the target model's own "
+        "template? it must render tool_calls)"]
 
 def _invalid_utf8_array(path):
     path.write_bytes(b'[\n  {"id": "a", "messages": []},\n  {"id": "b\xff"}\n]\n')

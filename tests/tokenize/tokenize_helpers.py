@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from chat_templates import tool_call_template  # noqa: F401  (tokenize tests import it from here)
 from draftsmith.tiny import chat_template
 
 # The tiny Qwen3-style template with `{% generation %}` markers around everything after the
@@ -61,18 +62,3 @@ def write_jsonl(path: Path, rows: list) -> Path:
             handle.write((row if isinstance(row, str) else json.dumps(row)) + "\n")
     return path
 
-
-_END_OF_ASSISTANT_TURN = '''        {{- "<|im_end|>\\n" -}}
-    {%- elif message.role == "tool" -%}'''
-_TOOL_CALLS_THEN_END = '''        {%- for call in message.tool_calls or [] -%}
-            {{- "\\n<tool_call>\\n" + (call.function | tojson) + "\\n</tool_call>" -}}
-        {%- endfor -%}
-        {{- "<|im_end|>\\n" -}}
-    {%- elif message.role == "tool" -%}'''
-
-
-def tool_call_template() -> str:
-    """The tiny template plus Qwen-style `<tool_call>` blocks after the assistant content."""
-    template = chat_template()
-    assert _END_OF_ASSISTANT_TURN in template, "the tiny template changed; update the tool-call variant"
-    return template.replace(_END_OF_ASSISTANT_TURN, _TOOL_CALLS_THEN_END)
