@@ -32,8 +32,9 @@ Every row (or a `verify_share` sample, chosen by id) is verified by decoding the
 they must equal the rendered text, end with end-of-turn, end with the content (or contain it,
 before Qwen-style `<tool_call>` blocks, which are trained too), contain the reasoning after it,
 and be the content alone (after the empty think block, when the model wrote one) when the
-reasoning is empty. All-zeros and all-ones masks, and a final turn whose reasoning the template
-does not render, are always dropped, counted by reason.
+reasoning is empty. All-zeros and all-ones masks, a final turn whose reasoning the template
+does not render, and a tool call the template does not render (in any turn), are always dropped,
+counted by reason.
 
 Which turns: `final` (default) trains the last assistant turn only; it is rendered exactly as the
 model saw it when generating, thinking included. `all` trains every assistant turn as the template
