@@ -113,6 +113,24 @@ def test_a_second_shard_count_on_one_directory_is_refused(tmp_path, prompts_file
     assert_exactly_once(out, prompts)
 
 
+
+def test_a_finished_run_resumed_with_other_settings_is_refused_too(tmp_path, prompts_file):
+    # Every sample done: the run returned before the manifest check, exit 0 under another --shard N
+    # or --max-tokens, and wrote that shard's summary into the directory.
+    prompts = prompts_file(12)
+    out = tmp_path / "out"
+    with ServeProcess() as server:
+        base = [str(prompts), "-o", str(out), "-e", server.url, "--no-progress"]
+        assert run_cli(base).returncode == 0
+        before = {path.name: path.read_bytes() for path in out.iterdir() if not path.name.startswith(".draftsmith.")}
+        assert run_cli(base).returncode == 0  # the same settings: nothing to do, fine
+        shard_error = one_line_error(run_cli([*base, "--shard", "0/2"]))
+        tokens_error = one_line_error(run_cli([*base, "--max-tokens", "7"]))
+        after = {path.name: path.read_bytes() for path in out.iterdir() if not path.name.startswith(".draftsmith.")}
+    assert "shard_count: 1 -> 2" in shard_error and "max_tokens:" in tokens_error and "-> 7" in tokens_error
+    assert set(after) == set(before) and all(after[name] == before[name] for name in before if "summary" not in name)
+    assert_exactly_once(out, prompts)
+
 def test_a_symlinked_shard_is_refused_before_anything_is_cut_or_written(tmp_path, prompts_file):
     prompts = prompts_file(10)
     out = tmp_path / "out"

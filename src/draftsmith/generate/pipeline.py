@@ -22,7 +22,7 @@ from draftsmith.client.chat import ChatClient, EndpointConnectionError
 from draftsmith.core.asyncrun import run_async
 from draftsmith.core.errors import DraftsmithError, InputError
 from draftsmith.core.lock import lock_directory
-from draftsmith.core.manifest import check_manifest
+from draftsmith.core.manifest import check_manifest, read_manifest
 from draftsmith.core.paths import require_output_dir
 from draftsmith.core.progress import Progress
 from draftsmith.data.prompts import PromptSample, load_prompts
@@ -154,6 +154,12 @@ async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) 
         failures_file=str(store.directory / f"failures-{store.tag}.jsonl"),
     )
     if not todo:
+        # Nothing to send, so no endpoint names the model: check the settings against the model the
+        # manifest recorded, so another --shard N (or --max-tokens ...) is refused here too.
+        manifest = read_manifest(store.directory)
+        if manifest is not None:
+            recorded_model = (manifest.get("settings") or {}).get("model")
+            _check_output_settings(config, store, config.model or recorded_model, log)
         _verify_on_disk(summary, store, samples)
         store.write_summary(summary.to_dict())
         return summary
@@ -171,9 +177,7 @@ async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) 
                            log=log)
         await _wait_for_endpoints(probe, config.endpoint_wait_s, log)
         model = config.model or await _discover_model(client, probe)
-        with manifest_lock(store.directory):  # shards share the directory: --shard i/N needs one N
-            check_manifest(store.directory, "generate", config.output_settings(model), force=config.force_resume,
-                           log=log)
+        _check_output_settings(config, store, model, log)
         run = GenerationRun(config, client, store, model, progress, guard, log)
         for fresh, checked in zip(run.dispatcher.endpoints, probe.endpoints):
             fresh.healthy, fresh.last_error = checked.healthy, checked.last_error
@@ -205,6 +209,11 @@ async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) 
             _verify_on_disk(summary, store, samples)
             store.write_summary(summary.to_dict())
     return summary
+
+
+def _check_output_settings(config: GenerateConfig, store: OutputStore, model: str | None, log) -> None:
+    with manifest_lock(store.directory):  # shards share the directory: --shard i/N needs one N
+        check_manifest(store.directory, "generate", config.output_settings(model), force=config.force_resume, log=log)
 
 
 def generate(config: GenerateConfig, log: Callable[[str], None] | None = None) -> GenerateSummary:
