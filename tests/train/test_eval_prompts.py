@@ -72,3 +72,30 @@ def test_bad_eval_prompts_are_refused_before_training(regenerated, tiny_target_d
     errors = [line for line in completed.stderr.splitlines() if line.startswith("draftsmith: error: ")]
     assert len(errors) == 1 and errors[0].startswith(f"draftsmith: error: {bad}:1: messages[0]: unknown speaker 'robot'"), errors
     assert "Traceback" not in completed.stderr and not (tmp_path / "run" / "train_log.jsonl").exists()
+
+
+def test_a_resume_keeps_a_published_best_newer_than_its_checkpoint(prompts, regenerated, tiny_target_dir, tmp_path):
+    # drafter-best is published before the checkpoint of its step; a run resumed from an older
+    # checkpoint restored that checkpoint's best tau, and a later, worse eval replaced the better
+    # drafter on disk. The best on disk (its record.json) now counts too.
+    import shutil
+
+    out = tmp_path / "run"
+    args = ("--max-steps", "12", "--eval-prompts", prompts, "--eval-every", "4", "--eval-max-new-tokens", "24",
+            "--save-every", "4", "--keep-checkpoints", "5")  # fmt: skip
+    assert (completed := train(tiny_target_dir, regenerated, out, *args)).returncode == 0, completed.stderr[-3000:]
+    record = out / "drafter-best" / "record.json"
+    written = json.loads(record.read_text())
+    assert set(written) == {"eval_tau", "step"} and written["step"] in (4, 8, 12)
+    # As if the run had reached a better drafter at step 8 and stopped before checkpointing it:
+    record.write_text(json.dumps({"eval_tau": 99.0, "step": 8}))
+    weights = (out / "drafter-best" / "model.safetensors").read_bytes()
+    for checkpoint in (out / "checkpoints").iterdir():
+        if checkpoint.name != "step-00000004":
+            shutil.rmtree(checkpoint)
+    resumed = train(tiny_target_dir, regenerated, out, *args, "--resume")
+    assert resumed.returncode == 0 and "resuming at step 4" in resumed.stderr, resumed.stderr[-3000:]
+    summary = json.loads((out / "train_summary.json").read_text())
+    assert (summary["extra"]["best_eval_tau"], summary["extra"]["best_eval_step"]) == (99.0, 8)
+    assert (out / "drafter-best" / "model.safetensors").read_bytes() == weights
+    assert json.loads(record.read_text()) == {"eval_tau": 99.0, "step": 8}

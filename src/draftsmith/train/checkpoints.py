@@ -25,10 +25,11 @@ import numpy as np
 import torch
 
 from draftsmith.core.errors import InputError
-from draftsmith.core.io import publish
+from draftsmith.core.io import publish, write_json_atomic
 
 CHECKPOINT_DIR = "checkpoints"
 STATE_FILE = "trainer_state.pt"
+RECORD_FILE = "record.json"  # beside a published drafter: what made it (the best eval's tau and step)
 
 
 def numpy_rng_state() -> dict:
@@ -232,8 +233,9 @@ class Checkpointer:
         if self.context.is_main:
             self.model.config.to_json_file(str(partial / "config.json"))  # what the run was, for people
 
-    def publish_final(self, drafter_config, out_dir: Path, name: str) -> Path:
-        """The trained drafter as `<out>/<name>` (config.json + model.safetensors), gathered from the shards."""
+    def publish_final(self, drafter_config, out_dir: Path, name: str, record: dict | None = None) -> Path:
+        """The trained drafter as `<out>/<name>` (config.json + model.safetensors), gathered from the
+        shards; `record` (JSON) lands beside them as `record.json` in the same atomic publish."""
         from draftsmith.model import DFlashDraftModel, save_drafter
         from draftsmith.train.distributed import barrier
         from draftsmith.train.parallel import full_state_dict
@@ -249,6 +251,8 @@ class Checkpointer:
             partial = Path(out_dir) / f".{name}.partial"
             shutil.rmtree(partial, ignore_errors=True)
             save_drafter(drafter, partial)
+            if record is not None:
+                write_json_atomic(partial / RECORD_FILE, record)
             shutil.rmtree(final, ignore_errors=True)
             publish(partial, final)
         del state

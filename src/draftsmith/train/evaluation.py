@@ -12,14 +12,31 @@ tokenized with (the tokenize manifest's record), so the eval sees what training 
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import torch
 
 from draftsmith.core.errors import InputError
+from draftsmith.train.checkpoints import RECORD_FILE
 
 BEST_DIR = "drafter-best"
+
+
+def published_best(out_dir: Path) -> tuple[float, int] | None:
+    """(tau, step) of the `<out>/drafter-best` on disk, from its record; None without one.
+
+    It can be newer than the checkpoint a run resumes from (a crash between publishing a best and
+    the next checkpoint, or a resume from an older checkpoint): the run keeps the better of the two,
+    so a later, worse eval never replaces a better published drafter.
+    """
+    path = Path(out_dir) / BEST_DIR / RECORD_FILE
+    try:
+        record = json.loads(path.read_text())
+        return float(record["eval_tau"]), int(record["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no record (or an older run's drafter-best without one): nothing to keep
 
 
 def encode_prompts(path: Path, target_dir: Path, template: dict | None, limit: int) -> list[list[int]]:

@@ -47,7 +47,7 @@ from draftsmith.train.config import TrainConfig
 from draftsmith.train.distributed import (
     DistributedContext, all_reduce_sum, broadcast_object, gather_floats, init_distributed, parameter_checksum, shutdown,
 )
-from draftsmith.train.evaluation import BEST_DIR, SpeculativeEval
+from draftsmith.train.evaluation import BEST_DIR, SpeculativeEval, published_best
 from draftsmith.train.loader import StepBatch, StepSampler, StepSource, make_loader, steps_per_epoch
 from draftsmith.train.loss import default_gamma, dflash_loss_from_hidden, position_weights
 from draftsmith.train.parallel import clip_gradients, gradient_sync, parallelize_drafter, shard_target
@@ -271,6 +271,8 @@ def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
                                 "scaler": scaler}, keep=config.keep_checkpoints, config=config.model_dump(mode="json"))  # fmt: skip
     resumed_from = checkpointer.restore(run.found) if run.found is not None else None
     run.found = None  # released: the optimizer holds its state now
+    if config.eval_prompts is not None:
+        _keep_the_published_best(state, out_dir, context)
     _announce(config, context, trainer, run, total_steps, per_epoch, resumed_from)
     sampler = StepSampler(run.trainable, seed=config.seed, rank=context.rank, world_size=context.world_size,
                           batch_size=config.batch_size, grad_accum=config.grad_accum, epochs=config.epochs, total_steps=total_steps,
@@ -333,8 +335,16 @@ def _evaluate(evaluator: SpeculativeEval | None, trainer, context, state: TrainS
     state.last_eval_step = state.step
     if improved:
         state.best_eval_tau, state.best_eval_step = result["eval_tau"], state.step
-        checkpointer.publish_final(trainer.drafter_config, log.path.parent, BEST_DIR)
+        checkpointer.publish_final(trainer.drafter_config, log.path.parent, BEST_DIR,
+                                   record={"eval_tau": state.best_eval_tau, "step": state.best_eval_step})
     log.write_eval(state.step, {**result, "best_eval_tau": state.best_eval_tau, "best_eval_step": state.best_eval_step})
+
+
+def _keep_the_published_best(state: TrainState, out_dir: Path, context) -> None:
+    """Start from the better of the checkpoint's best tau and the drafter-best on disk (the same on every rank)."""
+    published = broadcast_object(published_best(out_dir) if context.is_main else None, context)
+    if published is not None and (state.best_eval_tau is None or published[0] > state.best_eval_tau):
+        state.best_eval_tau, state.best_eval_step = published
 
 
 def _checkpoint(checkpointer: Checkpointer, drafter, context, step: int) -> None:
