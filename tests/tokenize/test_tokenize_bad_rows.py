@@ -167,3 +167,17 @@ def test_the_manifest_records_the_template_and_its_kwargs(tmp_path, tiny_target_
         "kwargs": {"enable_thinking": True},
     }
     assert manifest["complete"] is True
+
+
+def test_a_broken_generation_config_of_the_tokenizer_is_one_line_and_exit_2(tmp_path, tiny_target_dir):
+    # Its eos ids are end-of-turn tokens: the file was read with json.loads and gave a traceback.
+    import shutil
+
+    tokenizer = tmp_path / "target"
+    shutil.copytree(tiny_target_dir, tokenizer)
+    (tokenizer / "generation_config.json").write_text("not json")
+    source = write_jsonl(tmp_path / "rows.jsonl", list(synthetic_conversations(2, seed=1)))
+    done = run_tokenize(source, "-t", tokenizer, "-o", tmp_path / "out", "--no-progress", "--no-audit")
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and "Traceback" not in done.stderr and len(lines) == 1, done.stderr
+    assert lines[0] == f"draftsmith: error: {tokenizer / 'generation_config.json'}:1: invalid JSON (Expecting value)"

@@ -101,6 +101,20 @@ def _check_generation_config(target_dir: Path) -> None:
         raise InputError(f"{path}: not a usable generation config ({_one_line(error)})") from None
 
 
+def generation_stop_ids(model_dir: str | Path) -> list[int]:
+    """The `eos_token_id`s of `model_dir/generation_config.json` (none without one), the file checked
+    as the target loader checks it: a broken one is an `InputError` naming it, never skipped."""
+    model_dir = Path(model_dir)
+    path = model_dir / GENERATION_CONFIG_FILE
+    if not path.is_file():
+        return []
+    _check_generation_config(model_dir)
+    value = _read_json_object(path).get("eos_token_id")
+    if value is None:
+        return []
+    return [value] if isinstance(value, int) else list(value)
+
+
 def weight_files(target_dir: str | Path) -> list[Path]:
     """The target's safetensors files (one, or the shards its index names), each checked readable."""
     target_dir = Path(target_dir)

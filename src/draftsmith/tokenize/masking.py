@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -148,13 +147,9 @@ def load_tokenizer(tokenizer_path: str | Path):
 def _generation_config_eos(tokenizer_path: str | Path | None) -> list[int]:
     if tokenizer_path is None:
         return []
-    path = Path(tokenizer_path) / "generation_config.json"
-    if not path.is_file():
-        return []
-    value = json.loads(path.read_text()).get("eos_token_id")
-    if value is None:
-        return []
-    return [value] if isinstance(value, int) else [int(item) for item in value]
+    from draftsmith.model.target import generation_stop_ids  # torch only when a model dir is given
+
+    return generation_stop_ids(tokenizer_path)
 
 
 def _template_text(tokenizer) -> str:
