@@ -15,7 +15,8 @@ import pytest
 
 from draftsmith.data.tokenized import read_shard
 from draftsmith.tiny import synthetic_conversations
-from tokenize_helpers import save_tokenizer_with_template, tool_call_template, write_jsonl
+from chat_templates import tool_call_template
+from tokenize_helpers import save_tokenizer_with_template, write_jsonl
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 # The tiny template, refusing one kind of row the way real templates do (`raise_exception`).

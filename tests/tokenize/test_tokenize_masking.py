@@ -8,7 +8,8 @@ import pytest
 from draftsmith.data.sources import Record
 from draftsmith.tokenize.masking import RowDropped
 from draftsmith.tokenize.pipeline import masker_row
-from tokenize_helpers import CHATML_TEMPLATE, generation_marker_template, tokenizer_with_template, tool_call_template
+from chat_templates import tool_call_template
+from tokenize_helpers import CHATML_TEMPLATE, generation_marker_template, tokenizer_with_template
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 USER = {"role": "user", "content": "Reverse the word tiger."}
@@ -132,6 +133,16 @@ def test_tool_calls_in_the_final_turn_are_trained(make_masker, tiny_target_dir):
     built = masker.build(row([USER, calls_only]))
     assert trained_text(masker, built) == f"{rendered_call}<|im_end|>"  # the empty think block stays 0
 
+
+
+def test_a_tool_call_is_looked_for_in_its_own_turn_the_first_one_included(make_masker, tiny_target_dir):
+    call = {"type": "function", "function": {"name": "weather", "arguments": {}}}
+    opening = {"role": "assistant", "content": "", "tool_calls": [call]}  # a row that opens with a call
+    messages = [opening, {"role": "tool", "content": "rain"}, USER, assistant(reasoning=None)]
+    with_tools = make_masker(tokenizer=tokenizer_with_template(tiny_target_dir, tool_call_template()))
+    assert trained_text(with_tools, with_tools.build(row(messages))) == f"{ANSWER}<|im_end|>"
+    with pytest.raises(RowDropped, match="^tool_calls_not_rendered: turn 0: .* the tool call 'weather'"):
+        make_masker().build(row(messages))
 
 def test_content_text_that_also_appears_in_the_prompt_is_not_confused(make_masker):
     # The answer repeats the user's words: a substring search would find the prompt copy first.

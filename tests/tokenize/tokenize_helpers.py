@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from chat_templates import tool_call_template  # noqa: F401  (tokenize tests import it from here)
 from draftsmith.tiny import chat_template
 
 # The tiny Qwen3-style template with `{% generation %}` markers around everything after the

@@ -21,7 +21,6 @@ import torch
 
 from draftsmith.core.errors import DraftsmithError, InputError
 from draftsmith.core.io import dumps_json
-from draftsmith.core.paths import require_dir
 from draftsmith.data.prompts import generation_prompt_ids
 from draftsmith.evaluate.prompts import Prompt, prompt_from_row, read_prompts
 from draftsmith.model import DFlashDraftModel, load_drafter
@@ -279,8 +278,8 @@ def _load_target(path: str | Path, tokenizer, device: str | torch.device, dtype:
     or generation_config.json or an unreadable weights file is one line naming the file."""
     from transformers import AutoTokenizer
 
-    target_path = require_dir(path, "--target")
-    target = load_target_model(target_path, device, dtype)
+    target_path = Path(path)
+    target = load_target_model(target_path, device, dtype)  # checks the directory first, as --target
     try:
         tokenizer = tokenizer or AutoTokenizer.from_pretrained(target_path)
     except (OSError, ValueError, json.JSONDecodeError) as error:

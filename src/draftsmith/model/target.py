@@ -77,12 +77,12 @@ def load_target_config(target_dir: str | Path):
     return config
 
 
-def _check_generation_config(target_dir: Path) -> None:
-    """transformers skips an unreadable generation_config.json with a log line and then decodes with
-    defaults (other stop tokens): refuse it instead."""
+def _check_generation_config(target_dir: Path) -> dict | None:
+    """The fields of `generation_config.json` (None without one), checked: transformers skips an
+    unreadable one with a log line and then decodes with defaults (other stop tokens), so refuse it."""
     path = target_dir / GENERATION_CONFIG_FILE
     if not path.exists():
-        return
+        return None
     raw = _read_json_object(path)
     for name in TOKEN_ID_FIELDS:
         value = raw.get(name)
@@ -99,17 +99,14 @@ def _check_generation_config(target_dir: Path) -> None:
         GenerationConfig.from_pretrained(target_dir)
     except Exception as error:
         raise InputError(f"{path}: not a usable generation config ({_one_line(error)})") from None
+    return raw
 
 
 def generation_stop_ids(model_dir: str | Path) -> list[int]:
     """The `eos_token_id`s of `model_dir/generation_config.json` (none without one), the file checked
     as the target loader checks it: a broken one is an `InputError` naming it, never skipped."""
-    model_dir = Path(model_dir)
-    path = model_dir / GENERATION_CONFIG_FILE
-    if not path.is_file():
-        return []
-    _check_generation_config(model_dir)
-    value = _read_json_object(path).get("eos_token_id")
+    raw = _check_generation_config(Path(model_dir))
+    value = raw.get("eos_token_id") if raw is not None else None
     if value is None:
         return []
     return [value] if isinstance(value, int) else list(value)

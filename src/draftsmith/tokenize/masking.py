@@ -311,7 +311,7 @@ class ChatMasker:
             raise RowDropped("no_assistant_turn", "the assistant message has no prompt before it")
 
         text = self.render(messages)
-        self._check_tool_calls_rendered(messages)
+        self._check_tool_calls_rendered(messages, text)
         input_ids, offsets = self._encode(text)
         is_end_of_turn = np.zeros(len(input_ids), dtype=bool)
         for token_id in self.end_of_turn_ids:  # a handful of ids: cheaper than np.isin per row
@@ -359,19 +359,21 @@ class ChatMasker:
             built.end_of_turn_appended = True
         return built
 
-    def _check_tool_calls_rendered(self, messages: list[dict[str, Any]]) -> None:
+    def _check_tool_calls_rendered(self, messages: list[dict[str, Any]], text: str) -> None:
         """Every assistant turn's tool calls appear in what the template renders for that turn.
 
         A template without tool support (no `tool_calls` branch) renders such a turn as an empty
         message: trained, the call would vanish from the context and the drafter would learn an
         empty turn. The turn's text is what rendering through it adds to rendering up to it, so a
-        name that also appears in a system prompt's tool list does not count.
+        name that also appears in a system prompt's tool list does not count. `text` is the rendering
+        of all of `messages`.
         """
         for index, message in enumerate(messages):
             calls = message.get("tool_calls") if message["role"] == "assistant" else None
             if not calls:
                 continue
-            turn_text = self.render(messages[: index + 1])[len(self.render(messages[:index])) :] if index else ""
+            through = text if index == len(messages) - 1 else self.render(messages[: index + 1])
+            turn_text = through[len(self.render(messages[:index])) :] if index else through
             for call in calls:
                 name = (call.get("function") or {}).get("name") or ""
                 if name not in turn_text:
