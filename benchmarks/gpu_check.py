@@ -48,7 +48,8 @@ class Row:
 
 
 def _draftsmith(*args: str, timeout: float, torchrun: bool = False) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    # Keep what PYTHONPATH already holds (a GPU image may carry missing packages there).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "--standalone", "-m", "draftsmith"]
     command = (launcher if torchrun else [sys.executable, "-m", "draftsmith"]) + list(args)
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
@@ -145,7 +146,11 @@ def _train_row(name: str, result: subprocess.CompletedProcess, out: Path, second
 
 
 def training_rows(work: Path, device: str, smoke: bool) -> list[Row]:
-    target = Path(_draftsmith("tiny", "build", timeout=1800).stdout.strip().splitlines()[-1])
+    started = time.perf_counter()
+    built = _draftsmith("tiny", "build", timeout=1800)
+    if built.returncode != 0 or not built.stdout.strip():
+        return [Row("tiny target build", "FAIL", _last_line(built), time.perf_counter() - started)]
+    target = Path(built.stdout.strip().splitlines()[-1])
     vocab = json.loads((target / "config.json").read_text())["vocab_size"]
     data = write_set(work / "data", samples=32 if smoke else 256, mean_tokens=300 if smoke else 1500, vocab=vocab)
     dtype = "fp32" if device == "cpu" else "bf16"
