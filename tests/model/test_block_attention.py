@@ -123,6 +123,9 @@ def test_flex_forward_equals_dense_on_cpu():
 
 def test_choose_attention_rules():
     assert choose_attention("auto", "cpu") == "sparse"
+    # CUDA's rule is chosen by name only (no kernel runs): flex measured fastest on an H200, dense with dropout.
+    assert choose_attention("auto", "cuda") == "flex"
+    assert choose_attention("auto", "cuda", dropout=0.1) == "dense"
     assert choose_attention("dense", "cpu") == "dense"
     with pytest.raises(InputError, match="flex needs a CUDA device"):
         choose_attention("flex", "cpu")

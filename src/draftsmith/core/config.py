@@ -39,9 +39,10 @@ def _flags_show_no_value_type() -> None:
     """typer's rich help prints a value type beside every flag (`--help <bool>`, `--json <bool>`),
     though a flag takes no value; click's plain help leaves it out, and so do we."""
     option = typer.core.TyperOption
-    if getattr(option.display_type_rich, "draftsmith_flags", False):
+    shown = getattr(option, "display_type_rich", None)
+    # Older typer builds (one ran on a GPU image here) have no such hook and print no type to hide.
+    if shown is None or getattr(shown, "draftsmith_flags", False):
         return
-    shown = option.display_type_rich
 
     def display_type_rich(self, ctx):
         return None if self.is_flag or self.count else shown(self, ctx)

@@ -62,7 +62,7 @@ class TrainConfig(BaseModel):
     dtype: DType = Field("auto", description="auto (bf16 on CUDA, fp32 on CPU), fp32, bf16 or fp16")
     gradient_checkpointing: bool = Field(False, description="recompute drafter layers in backward to save memory")
     attention: Literal["auto", "dense", "sparse", "flex"] = Field(
-        "auto", description="drafter attention: auto (= sparse), dense (reference mask), sparse (tiled), flex (CUDA only)"
+        "auto", description="drafter attention: auto (sparse on CPU; flex on CUDA, dense there with attention dropout), dense (reference mask), sparse (tiled), flex (CUDA only)"
     )
     device: str = Field("auto", description="auto (cuda if available, one per torchrun rank), cpu, cuda or cuda:N")
     sharding: Literal["ddp", "fsdp"] = Field(

@@ -146,7 +146,7 @@ class DrafterTrainer:
             enable()
         self.drafter.train()
         self.weights = position_weights(config.block_size, config.gamma).to(self.device)
-        self.attention = choose_attention(config.attention, self.device)
+        self.attention = choose_attention(config.attention, self.device, float(self.drafter_config.attention_dropout or 0.0))
         self.gamma = config.gamma if config.gamma is not None else default_gamma(config.block_size)
         self.last_grad_norm = torch.zeros((), device=self.device)
         self.source = StepSource(dataset, seed=config.seed, num_anchors=config.num_anchors, block_size=config.block_size,
