@@ -189,3 +189,13 @@ def test_cli_panels_group_the_help_and_a_misspelt_field_is_refused():
 
     with pytest.raises(TypeError, match="names 'learning_rate', which is not a field"):
         config_command(typer.Typer(), "bad", Misspelt, lambda config: None)
+
+
+def test_a_typer_without_the_rich_type_hook_still_builds_the_cli(monkeypatch):
+    """A GPU image's older typer has no TyperOption.display_type_rich: every command crashed on import."""
+    import typer
+
+    from draftsmith.core import config as core_config
+
+    monkeypatch.delattr(typer.core.TyperOption, "display_type_rich", raising=False)
+    core_config._flags_show_no_value_type()  # no AttributeError
