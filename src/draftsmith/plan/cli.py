@@ -16,7 +16,7 @@ from typer.core import TyperGroup
 
 from draftsmith.core.config import config_command
 from draftsmith.core.io import dumps_json
-from draftsmith.plan.config import PlanConfig, TrainPlanConfig
+from draftsmith.plan.config import EnginePlanConfig, PlanConfig, TrainPlanConfig
 
 _JSON = {"as_json": (bool, typer.Option(False, "--json", help="Print the plan as JSON instead of tables."))}
 
@@ -43,6 +43,15 @@ def plan_train(config: TrainPlanConfig, config_file: Path | None = None, as_json
 
     result = make_train_plan(build_train_inputs(config_file, _flags_given(config)))
     _emit(result, render_train_plan, as_json)
+
+
+def plan_engine(config: EnginePlanConfig, as_json: bool = False) -> None:
+    """How fast decode could go on these GPUs (the memory-bandwidth and compute ceiling), the share a measured
+    rate is of it, and the ranked knobs (batch, FP8, state copies, speculation, TP) that close the gap."""
+    from draftsmith.plan.engine import make_engine_plan
+    from draftsmith.plan.report import render_engine_plan
+
+    _emit(make_engine_plan(config), render_engine_plan, as_json)
 
 
 def _flags_given(config) -> dict:
@@ -80,4 +89,5 @@ def register(app: typer.Typer) -> None:
     plan_command.__doc__ = command.__doc__
     group.callback(invoke_without_command=True)(plan_command)
     config_command(group, "train", TrainPlanConfig, plan_train, own_config_file=True, extras=_JSON)
+    config_command(group, "engine", EnginePlanConfig, plan_engine, extras=_JSON)
     app.add_typer(group, name="plan")

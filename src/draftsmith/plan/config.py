@@ -20,7 +20,7 @@ adds `output-mean` and `prompt-mean` up to its mean length when `mean-length` is
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
@@ -124,7 +124,8 @@ class TrainPlanConfig(BaseModel):
     batch_size: Annotated[Text, cli(metavar="N")] = Field(None, description="sequences per micro-batch per GPU (1)")
     gpus: Annotated[Text, cli(metavar="N")] = Field(None, description="GPUs training together (1)")
     gpu: Annotated[Text, cli(metavar="TYPE")] = Field(
-        None, description="GPU type for peak FLOP/s and memory: H100, H200, B200, A100, L40S")
+        None, description="GPU type for peak FLOP/s and memory (the catalogue of `plan engine`): h100, h200, b200, "
+                          "a100-80gb, l40s, rtx-pro-6000-server, rtx-pro-6000-workstation")
     gpu_flops: Annotated[Text, cli(metavar="FLOPS")] = Field(None, description="peak bf16 FLOP/s per GPU ('989T')")
     gpu_memory: Annotated[Text, cli(metavar="SIZE")] = Field(None, description="memory per GPU ('80GB')")
     mfu: Annotated[float | None, cli(metavar="FRACTION")] = Field(None, description="model FLOP utilization (0.35)")
@@ -152,6 +153,58 @@ class TrainPlanConfig(BaseModel):
         if "captured_layers" in values:
             values["num_features"] = values.pop("captured_layers")
         return validate_train_inputs(values)
+
+
+class EnginePlanConfig(BaseModel):
+    """`draftsmith plan engine`: the decode ceiling of a model on given GPUs, the share a measured rate is
+    of it, and the knobs that close the gap."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    model_config_path: Annotated[PathSpec, cli("--model-config", metavar="PATH")] = Field(
+        None, description="the model's config.json or model directory")
+    gpu: Annotated[Text, cli(metavar="NAME")] = Field(
+        None, description="GPU from the catalogue: rtx-pro-6000-server, rtx-pro-6000-workstation, h100, h200, b200, "
+                          "a100-80gb, l40s")
+    gpu_bandwidth: Annotated[Text, cli(metavar="RATE")] = Field(None, description="memory bandwidth per GPU ('8 TB/s')")
+    gpu_memory: Annotated[Text, cli(metavar="SIZE")] = Field(None, description="memory per GPU ('288GB')")
+    gpu_tflops: Annotated[Text, cli(metavar="TFLOPS")] = Field(None, description="dense bf16 TFLOP/s per GPU (FP8 2x, FP4 4x)")
+    gpus: Annotated[Text, cli(metavar="N")] = Field(None, description="GPUs (1)")
+    tp: Annotated[Text, cli(metavar="N")] = Field(None, description="tensor-parallel degree of one replica (1)")
+    weights: Annotated[Literal["bf16", "fp8", "fp4", "int4"] | None, cli(metavar="DTYPE")] = Field(
+        None, description="weight dtype: bf16, fp8, fp4, int4 (bf16)")
+    kv_cache: Annotated[Literal["auto", "bf16", "fp8"] | None, cli(metavar="DTYPE")] = Field(
+        None, description="KV cache dtype: auto (the model's, bf16), bf16, fp8")
+    state_dtype: Annotated[Literal["fp32", "bf16"] | None, cli(metavar="DTYPE")] = Field(
+        None, description="linear-attention state dtype (the config's mamba_ssm_dtype, else fp32)")
+    concurrency: Annotated[Text, cli(metavar="N|auto")] = Field(None, description="requests in flight (auto: what fits)")
+    prompt_mean: Annotated[Text, cli(metavar="TOKENS")] = Field(None, description="average prompt tokens")
+    output_mean: Annotated[Text, cli(metavar="TOKENS")] = Field(None, description="average output tokens")
+    output_lengths: Annotated[PathSpec, cli(metavar="FILE[:FIELD]")] = Field(
+        None, description="observed output lengths (their tail raises the live context)")
+    max_tokens: Annotated[Text, cli(metavar="TOKENS")] = Field(None, description="cap on output tokens")
+    speculative: Annotated[Literal["none", "mtp", "drafter"] | None, cli(metavar="KIND")] = Field(
+        None, description="speculative decoding: none, mtp (the model's MTP layers), drafter (a one-layer drafter)")
+    draft_tokens: Annotated[Text, cli(metavar="K")] = Field(None, description="draft tokens per verify step (3)")
+    acceptance: Annotated[Text, cli(metavar="TAU")] = Field(
+        None, description="tokens accepted per verify step, the bonus token included (1..K+1)")
+    engine: Annotated[Literal["ideal", "sglang", "vllm"] | None, cli(metavar="NAME")] = Field(
+        None, description="whose state copies and default caps: ideal, sglang, vllm (ideal)")
+    prefix_cache: Annotated[bool | None, cli("--prefix-cache/--no-prefix-cache")] = Field(
+        None, description="SGLang's radix prefix cache (on by default: 5 state copies per request)")
+    state_copies: Annotated[Text, cli(metavar="N")] = Field(None, description="state copies per request (overrides the engine's)")
+    memory_utilization: Annotated[Text, cli(metavar="FRACTION")] = Field(
+        None, description="share of GPU memory the engine may use (0.9)")
+    efficiency: Annotated[Text, cli(metavar="FRACTION")] = Field(
+        None, description="share of the ceiling a real engine reaches (0.7)")
+    per_gpu: Annotated[Text, cli(metavar="RATE")] = Field(None, description="measured rate per GPU ('400 tok/s')")
+    bench: Annotated[PathSpec, cli(metavar="FILE")] = Field(None, description="saved `draftsmith bench` JSON (its knee)")
+    samples: Annotated[Text, cli("--samples", "--num-samples", metavar="N")] = Field(None, description="samples to generate ('914k')")
+    params: Annotated[Text, cli(metavar="N")] = Field(None, description="parameter count, instead of the config's ('27B')")
+    kv_bytes_per_token: Annotated[Text, cli(metavar="BYTES")] = Field(
+        None, description="KV bytes per token in bf16, instead of the config's")
+    state_bytes: Annotated[Text, cli(metavar="BYTES")] = Field(
+        None, description="linear-attention state bytes per sequence, instead of the config's")
 
 
 def _given(config: BaseModel) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from draftsmith.plan.capacity import Plan
+from draftsmith.plan.engine import EnginePlan
 from draftsmith.plan.training import TrainPlan
 from draftsmith.plan.distribution import LengthStats
 from draftsmith.core.units import format_bytes, format_count, format_duration, format_tokens_per_s
@@ -212,5 +213,52 @@ def render_train_plan(plan: TrainPlan, console: Console | None = None) -> None:
         memory.add_row(label, *(f"{getattr(item, key) / 1e9:,.1f}" for item in columns), style="bold" if key == "total" else None)
     memory.add_row("fits", *("-" if item.fits is None else ("[green]yes[/green]" if item.fits else "[red]no[/red]") for item in columns))
     console.print(memory)
+    for warning in plan.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+
+
+def _days_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def render_engine_plan(plan: EnginePlan, console: Console | None = None) -> None:
+    console = console or Console()
+    table = Table(title="Decode ceiling (plan engine)", show_header=False, title_justify="left")
+    table.add_column("", style="bold")
+    table.add_column("")
+    table.add_row("model", f"{plan.model}" + (f" ({format_count(plan.params)} params)" if plan.params else ""))
+    spec = "no speculation" if plan.speculative == "none" else (
+        f"{plan.speculative}, {plan.draft_tokens} draft tokens, {plan.acceptance:g} accepted per step")
+    table.add_row("deployment", f"{plan.gpus} x {plan.gpu}, TP {plan.tp}, engine {plan.engine}; weights {plan.weights}, "
+                  f"KV {plan.kv_cache}, state {plan.state_dtype}; {spec}")
+    table.add_row("lengths", f"prompt {plan.prompt_mean:,.0f} + output {plan.output_mean:,.0f} tokens: mean live context "
+                  f"{plan.mean_context:,.0f}")
+    table.add_row("weights_bytes_per_step", f"{plan.weights_bytes_per_step / 1e9:,.2f} GB per GPU")
+    table.add_row("kv_bytes_per_token", f"{plan.kv_bytes_per_token:,.0f} B")
+    table.add_row("state_bytes_per_sequence", f"{plan.state_bytes_per_sequence / 1e6:,.1f} MB x {plan.state_copies} "
+                  f"cop{'y' if plan.state_copies == 1 else 'ies'}")
+    table.add_row("max_batch", f"{plan.max_batch:,}")
+    table.add_row("batch", f"{plan.batch:,} (requested {plan.requested_concurrency})")
+    table.add_row("step_time_s", f"{plan.step_time_s * 1e3:,.1f} ms (bandwidth {plan.step_time_bandwidth_s * 1e3:,.1f} ms, "
+                  f"compute {plan.step_time_compute_s * 1e3:,.1f} ms"
+                  + (f", all-reduce {plan.step_time_allreduce_s * 1e3:,.1f} ms" if plan.step_time_allreduce_s else "") + ")")
+    table.add_row("bound", plan.bound)
+    table.add_row("ceiling", f"[bold]{plan.ceiling_tokens_per_s_per_gpu:,.0f} tok/s per GPU[/bold] "
+                  f"({plan.ceiling_tokens_per_s_per_gpu * plan.efficiency:,.0f} at efficiency {plan.efficiency:g})")
+    if plan.measured_share is not None:
+        table.add_row("measured", f"{plan.measured_tokens_per_s_per_gpu:,.0f} tok/s per GPU from {plan.measured_source}: "
+                      f"[bold]the measured rate is {plan.measured_share:.0%} of the ceiling[/bold]")
+    if plan.samples is not None:
+        days = f"{_days_text(plan.days_at_ceiling)} at the ceiling, {_days_text(plan.days_at_efficiency)} at efficiency {plan.efficiency:g}"
+        if plan.days_at_measured is not None:
+            days += f", {_days_text(plan.days_at_measured)} at the measured rate"
+        table.add_row("days", f"{plan.samples:,} samples: {days}")
+    console.print(table)
+    knobs = Table(title="Knobs, ranked by ceiling (days at the efficiency)", title_justify="left")
+    for column in ("knob", "tok/s/GPU", "x", "days", "note"):
+        knobs.add_column(column, justify="right" if column in ("tok/s/GPU", "x", "days") else "left")
+    for knob in plan.knobs:
+        knobs.add_row(knob.knob, f"{knob.ceiling_tokens_per_s_per_gpu:,.0f}", f"{knob.gain:.2f}", _days_text(knob.days), knob.note)
+    console.print(knobs)
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")

@@ -45,18 +45,11 @@ from draftsmith.core.config import validate_config
 from draftsmith.core.errors import InputError
 from draftsmith.model.storage import dtype_size
 from draftsmith.plan.capacity import WallTime
+from draftsmith.plan.gpus import find_gpu, gpu_names
 from draftsmith.model.shape import TargetShape, read_target_shape
 from draftsmith.plan.train_bench import TrainBenchSummary, load_train_bench
 from draftsmith.core.units import parse_count, parse_size
 
-# bf16 dense tensor-core peak (FLOP/s) and memory (bytes) per GPU, from the vendors' datasheets (SXM parts).
-GPU_SPECS: dict[str, tuple[float, int]] = {
-    "H100": (989e12, 80 * 10**9),
-    "H200": (989e12, 141 * 10**9),
-    "B200": (2250e12, 180 * 10**9),
-    "A100": (312e12, 80 * 10**9),
-    "L40S": (362e12, 48 * 10**9),
-}
 # A drafter step is dominated by large GEMMs (target forward, drafter layers, LM head); 35% of peak
 # is what well-tuned bf16 training of models this size reaches without heroic kernels.
 DEFAULT_MFU = 0.35
@@ -80,7 +73,7 @@ class TrainPlanInputs(BaseModel):
     num_features: int = Field(5, description="captured target layers (k)")
     batch_size: int = Field(1, description="sequences per micro-batch per GPU")
     gpus: int = Field(1, description="GPUs training together (data parallel)")
-    gpu: str = Field("H100", description=f"GPU type for peak FLOP/s and memory: {', '.join(GPU_SPECS)}")
+    gpu: str = Field("H100", description=f"GPU type for peak FLOP/s and memory: {', '.join(gpu_names())}")
     gpu_flops: float | None = Field(None, description="peak bf16 FLOP/s per GPU (overrides --gpu's)")
     gpu_memory: int | None = Field(None, description="memory per GPU in bytes (overrides --gpu's)")
     mfu: float = Field(DEFAULT_MFU, gt=0, le=1, description="model FLOP utilization")
@@ -124,10 +117,8 @@ class TrainPlanInputs(BaseModel):
     @field_validator("gpu")
     @classmethod
     def _gpu(cls, value: str) -> str:
-        key = value.upper()
-        if key not in GPU_SPECS:
-            raise InputError(f"--gpu {value!r}: unknown GPU (known: {', '.join(GPU_SPECS)}); or pass --gpu-flops and --gpu-memory")
-        return key
+        # The one catalogue `plan engine` uses too (plan.gpus); "H100", "A100" still name their entries.
+        return find_gpu(value, instead="--gpu-flops and --gpu-memory").name
 
     @field_validator("dtype")
     @classmethod
@@ -303,7 +294,8 @@ def make_train_plan(inputs: TrainPlanInputs | dict[str, Any]) -> TrainPlan:
         inputs = inputs.model_copy(update={"num_features": shape.num_layers})
     if inputs.mean_length > inputs.max_length:
         raise InputError(f"--mean-length {inputs.mean_length:g} is above --max-length {inputs.max_length}")
-    peak_flops, table_memory = GPU_SPECS[inputs.gpu]
+    gpu = find_gpu(inputs.gpu)
+    peak_flops, table_memory = gpu.bf16_flops, gpu.memory_bytes
     if inputs.gpu_flops is not None:
         peak_flops = inputs.gpu_flops
     gpu_memory = inputs.gpu_memory or table_memory

@@ -1,0 +1,88 @@
+"""The one GPU catalogue of the plan room: memory, memory bandwidth and dense tensor-core peaks.
+
+`plan train` reads its bf16 peak and memory, `plan engine` all of it. Peaks are dense (no 2:4
+sparsity), per GPU, in FLOP/s; memory in bytes (GB = 1e9, as the vendors sell it); bandwidth in
+bytes/s. A dtype the GPU has no tensor-core path for is None (A100: no FP8; Hopper/Ada: no FP4).
+
+Sources (vendor datasheets; sparse figures halved to dense):
+- H100 SXM5, H200 SXM: NVIDIA H100/H200 datasheets: 80 GB HBM3 at 3.35 TB/s and 141 GB HBM3e at
+  4.8 TB/s; bf16 1,979 / FP8 3,958 TFLOPS with sparsity -> 989 / 1,979 dense.
+- B200 (HGX): NVIDIA HGX B200 spec: 1,440 GB and 62 TB/s for 8 GPUs -> 180 GB, ~7.7 TB/s each;
+  FP16/BF16 36 PF, FP8 72 PF, FP4 144 PF sparse for 8 -> 2,250 / 4,500 / 9,000 TFLOPS dense each.
+- A100 80GB SXM: NVIDIA A100 datasheet: 2,039 GB/s, bf16 312 TFLOPS dense.
+- L40S: NVIDIA L40S datasheet: 48 GB GDDR6 at 864 GB/s; bf16 362 / FP8 733 TFLOPS dense
+  (733 / 1,466 with sparsity).
+- RTX PRO 6000 Blackwell: NVIDIA datasheets: 96 GB GDDR7, 512-bit; Workstation 1,792 GB/s
+  (28 Gbps), Server Edition 1,597 GB/s; "4 PFLOPS" FP4 with sparsity -> ~2,000 dense FP4, ~1,000
+  FP8, ~500 bf16 at the Workstation's boost clock; the Server Edition's lower clock gives ~480 bf16.
+  These two are approximate (to a few percent); pass --gpu-tflops to plan on a measured figure.
+Both RTX PRO 6000 and L40S have no NVLink: tensor parallelism runs its all-reduces over PCIe.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from draftsmith.core.errors import InputError
+
+T = 1e12
+GB = 10**9
+
+
+class GpuSpec(BaseModel):
+    name: str
+    title: str
+    memory_bytes: int
+    bandwidth_bytes_per_s: float
+    bf16_flops: float
+    fp8_flops: float | None = None
+    fp4_flops: float | None = None
+    nvlink: bool = True
+    # One direction of the link tensor parallelism all-reduces over: NVLink 4 (H100/H200) 450 GB/s,
+    # NVLink 5 (B200) 900 GB/s, NVLink 3 (A100) 300 GB/s; PCIe 5.0 x16 64 GB/s (RTX PRO 6000), PCIe 4.0 x16
+    # 32 GB/s (L40S).
+    link_bytes_per_s: float = 450e9
+    aliases: tuple[str, ...] = ()
+
+    def peak_flops(self, weights: str) -> float:
+        """The tensor-core peak a step runs at with `weights`: FP8/FP4 weights use FP8/FP4 math where the
+        GPU has it; otherwise (and for int4, which engines run as W4A16) the weights are dequantized to bf16."""
+        if weights == "fp8" and self.fp8_flops:
+            return self.fp8_flops
+        if weights == "fp4" and self.fp4_flops:
+            return self.fp4_flops
+        return self.bf16_flops
+
+
+GPUS: tuple[GpuSpec, ...] = (
+    GpuSpec(name="rtx-pro-6000-server", title="RTX PRO 6000 Blackwell Server Edition", memory_bytes=96 * GB,
+            bandwidth_bytes_per_s=1597e9, bf16_flops=480 * T, fp8_flops=960 * T, fp4_flops=1920 * T, nvlink=False, link_bytes_per_s=64e9,
+            aliases=("rtx-pro-6000", "rtx-pro-6000-blackwell-server")),
+    GpuSpec(name="rtx-pro-6000-workstation", title="RTX PRO 6000 Blackwell Workstation Edition", memory_bytes=96 * GB,
+            bandwidth_bytes_per_s=1792e9, bf16_flops=504 * T, fp8_flops=1008 * T, fp4_flops=2016 * T, nvlink=False, link_bytes_per_s=64e9,
+            aliases=("rtx-pro-6000-blackwell-workstation",)),
+    GpuSpec(name="h100", title="H100 SXM5 80GB", memory_bytes=80 * GB, bandwidth_bytes_per_s=3350e9,
+            bf16_flops=989 * T, fp8_flops=1979 * T, aliases=("h100-sxm", "h100-80gb")),
+    GpuSpec(name="h200", title="H200 SXM 141GB", memory_bytes=141 * GB, bandwidth_bytes_per_s=4800e9,
+            bf16_flops=989 * T, fp8_flops=1979 * T, aliases=("h200-sxm",)),
+    GpuSpec(name="b200", title="B200 (HGX) 180GB", memory_bytes=180 * GB, bandwidth_bytes_per_s=7700e9,
+            bf16_flops=2250 * T, fp8_flops=4500 * T, fp4_flops=9000 * T, link_bytes_per_s=900e9),
+    GpuSpec(name="a100-80gb", title="A100 80GB SXM", memory_bytes=80 * GB, bandwidth_bytes_per_s=2039e9,
+            bf16_flops=312 * T, link_bytes_per_s=300e9, aliases=("a100", "a100-sxm")),
+    GpuSpec(name="l40s", title="L40S 48GB", memory_bytes=48 * GB, bandwidth_bytes_per_s=864e9,
+            bf16_flops=362 * T, fp8_flops=733 * T, nvlink=False, link_bytes_per_s=32e9),
+)
+
+
+def gpu_names() -> list[str]:
+    return [gpu.name for gpu in GPUS]
+
+
+def find_gpu(name: str, flag: str = "--gpu", instead: str = "--gpu-bandwidth, --gpu-memory and --gpu-tflops") -> GpuSpec:
+    """The catalogue entry for `name` (case and `_`/space insensitive, aliases accepted)."""
+    key = str(name).strip().lower().replace("_", "-").replace(" ", "-")
+    for gpu in GPUS:
+        if key == gpu.name or key in gpu.aliases:
+            return gpu
+    raise InputError(f"{flag} {name!r}: unknown GPU (known: {', '.join(gpu_names())}); "
+                     f"or give {instead}")
