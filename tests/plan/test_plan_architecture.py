@@ -1,0 +1,115 @@
+"""The config reader's parameter counts agree with meta-device transformers models built from the same
+configs (dense, MoE, hybrid), and it reads nested `text_config`, sliding windows, MTP and bad configs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import transformers
+
+from draftsmith.core.errors import InputError
+from draftsmith.plan.architecture import FULL, LINEAR, SLIDING, read_architecture
+
+SMALL = dict(hidden_size=256, num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=1000)
+LINEAR_SHAPE = dict(linear_num_value_heads=8, linear_num_key_heads=4, linear_key_head_dim=32, linear_value_head_dim=32)
+MOE = dict(moe_intermediate_size=128, num_experts=16, num_experts_per_tok=4)
+CONFIGS = {
+    # kind, transformers config class, its arguments
+    "qwen3 (dense)": ("Qwen3Config", dict(**SMALL, intermediate_size=704)),
+    "qwen2 (dense, qkv bias, tied)": ("Qwen2Config", dict(**SMALL, intermediate_size=704, tie_word_embeddings=True)),
+    "llama (dense)": ("LlamaConfig", dict(**SMALL, intermediate_size=704)),
+    "mistral (dense, sliding)": ("MistralConfig", dict(**SMALL, intermediate_size=704, sliding_window=128)),
+    "gemma2 (dense, alternating sliding)": ("Gemma2Config", dict(**SMALL, intermediate_size=704, sliding_window=128)),
+    "gemma3 (dense, 5:1 sliding)": ("Gemma3TextConfig", dict(SMALL, num_hidden_layers=12, intermediate_size=704, sliding_window=128)),
+    "qwen3_moe (MoE, a dense layer)": ("Qwen3MoeConfig", dict(**SMALL, **MOE, intermediate_size=704, mlp_only_layers=[0])),
+    "qwen2_moe (MoE, shared expert)": ("Qwen2MoeConfig", dict(**SMALL, **MOE, intermediate_size=704, shared_expert_intermediate_size=512)),
+    "mixtral (MoE)": ("MixtralConfig", dict(**SMALL, intermediate_size=512, num_local_experts=8, num_experts_per_tok=2)),
+    "qwen3_5 (hybrid)": ("Qwen3_5TextConfig", dict(**SMALL, **LINEAR_SHAPE, intermediate_size=704)),
+    "qwen3_5_moe (hybrid MoE)": ("Qwen3_5MoeTextConfig", dict(**SMALL, **LINEAR_SHAPE, **MOE, shared_expert_intermediate_size=256)),
+    "qwen3_next (hybrid MoE)": ("Qwen3NextConfig", dict(**SMALL, **LINEAR_SHAPE, **MOE, intermediate_size=704,
+                                                          shared_expert_intermediate_size=256)),
+}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_parameter_count_agrees_with_a_meta_device_transformers_model(name, tmp_path):
+    class_name, arguments = CONFIGS[name]
+    config_class = getattr(transformers, class_name, None)
+    if config_class is None:
+        pytest.skip(f"transformers {transformers.__version__} has no {class_name}")
+    config = config_class(**arguments)
+    config.save_pretrained(tmp_path)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    expected = sum(parameter.numel() for parameter in model.parameters())
+    ours = read_architecture(tmp_path).params()
+    assert ours == pytest.approx(expected, rel=0.01)
+    assert ours == expected  # exact today; the 1% above is the promise
+
+
+def test_layer_kinds_of_the_small_configs(tmp_path):
+    def kinds(class_name):
+        directory = tmp_path / class_name
+        getattr(transformers, class_name)(**CONFIGS[next(k for k, v in CONFIGS.items() if v[0] == class_name)][1]).save_pretrained(directory)
+        return read_architecture(directory)
+
+    gemma3 = kinds("Gemma3TextConfig")
+    assert gemma3.layer_types == ([SLIDING] * 5 + [FULL]) * 2 and gemma3.sliding_window == 128
+    hybrid = kinds("Qwen3_5TextConfig")
+    assert hybrid.layer_types == [LINEAR, LINEAR, LINEAR, FULL] * 2
+    moe = kinds("Qwen3MoeConfig")
+    assert (moe.moe_layers, moe.num_experts, moe.experts_per_token) == (7, 16, 4)
+    assert moe.expert_params() == 3 * 128 * 256
+
+
+QWEN36_27B = {
+    # Qwen/Qwen3.6-27B config.json (same layout as Qwen3.5-27B); the vision tower is not the language model.
+    "architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", "tie_word_embeddings": False,
+    "text_config": {
+        "model_type": "qwen3_5_text", "attn_output_gate": True, "full_attention_interval": 4, "head_dim": 256,
+        "hidden_size": 5120, "intermediate_size": 17408, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+        "linear_num_key_heads": 16, "linear_num_value_heads": 48, "linear_value_head_dim": 128,
+        "mamba_ssm_dtype": "float32", "mtp_num_hidden_layers": 1, "num_attention_heads": 24, "num_hidden_layers": 64,
+        "num_key_value_heads": 4, "tie_word_embeddings": False, "vocab_size": 248320,
+    },
+    "vision_config": {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16},
+}
+
+
+def write_qwen36(tmp_path):
+    path = tmp_path / "Qwen3.6-27B"
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(QWEN36_27B))
+    return path
+
+
+def test_qwen36_27b_from_its_nested_text_config(tmp_path):
+    arch = read_architecture(write_qwen36(tmp_path))
+    assert (arch.layers_of(LINEAR), arch.layers_of(FULL), arch.mtp_layers) == (48, 16, 1)
+    assert arch.params() == 26_895_998_464  # 26.90B, as ROOFLINE.md says
+    assert arch.role_params("embedding") == arch.role_params("lm_head") == 248_320 * 5120
+    # The MTP layer: fc 2H->H, one gated full-attention layer, the dense MLP, its norms.
+    attention = 5120 * 2 * 24 * 256 + 2 * 5120 * 4 * 256 + 24 * 256 * 5120 + 2 * 256
+    assert arch.params(mtp=True) == 2 * 5120 * 5120 + attention + 3 * 5120 * 17408 + 5 * 5120
+
+
+def test_qwen36_meta_model_agrees(tmp_path):
+    text = QWEN36_27B["text_config"]
+    config = transformers.Qwen3_5TextConfig(**{k: v for k, v in text.items() if k != "model_type"})
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    assert read_architecture(write_qwen36(tmp_path)).params() == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("drop, names", [
+    ("hidden_size", "missing hidden_size (also looked in text_config); pass --params"),
+    ("linear_num_value_heads", "missing linear_num_value_heads (also looked in text_config); pass --state-bytes"),
+])
+def test_a_config_it_cannot_read_names_the_field_and_the_override(tmp_path, drop, names):
+    broken = json.loads(json.dumps(QWEN36_27B))
+    del broken["text_config"][drop]
+    (tmp_path / "config.json").write_text(json.dumps(broken))
+    with pytest.raises(InputError, match=names.replace("(", r"\(").replace(")", r"\)")):
+        read_architecture(tmp_path)

@@ -1,0 +1,185 @@
+"""`plan engine` on the seed case: the ceiling rebuilt by hand from ROOFLINE.md's worked example, the
+share 400 tok/s is of it, the knobs, and bad input as one line naming its flag (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from draftsmith.cli import main
+from draftsmith.plan.bench_result import bench_from_dict
+from draftsmith.plan.config import EnginePlanConfig
+from draftsmith.plan.engine import experts_touched, make_engine_plan
+from tests.plan.test_plan_architecture import write_qwen36
+
+SEED = ["--gpu", "rtx-pro-6000-server", "--gpus", "4", "--concurrency", "48", "--prompt-mean", "200",
+        "--output-mean", "2500", "--samples", "914k", "--per-gpu", "400 tok/s"]
+
+
+@pytest.fixture
+def qwen36(tmp_path):
+    return write_qwen36(tmp_path)
+
+
+def plan_of(model, **values):
+    settings = dict(model_config_path=str(model), gpu="rtx-pro-6000-server", gpus="4", concurrency="48",
+                    prompt_mean="200", output_mean="2500", samples="914k", per_gpu="400 tok/s")
+    settings.update(values)
+    return make_engine_plan(EnginePlanConfig(**{k: v for k, v in settings.items() if v is not None}))
+
+
+def test_seed_worked_example_by_hand(qwen36):
+    # ROOFLINE.md: bf16, no speculation, B = 48, L = 200 + 2500/2, c = 2, RTX PRO 6000 Server (1,597 GB/s).
+    hidden, vocab, layers = 5120, 248_320, 64
+    attention = hidden * 2 * 24 * 256 + 2 * hidden * 4 * 256 + 24 * 256 * hidden + 2 * 256
+    key, value = 16 * 128, 48 * 128
+    deltanet = hidden * (2 * key + value) + hidden * value + hidden * 2 * 48 + value * hidden \
+        + (2 * key + value) * 4 + 2 * 48 + 128
+    mlp = 3 * hidden * 17408
+    params = 16 * attention + 48 * deltanet + layers * (mlp + 2 * hidden) + hidden + 2 * vocab * hidden
+    weights = (params - vocab * hidden) * 2  # the embedding is a gather, the LM head is read
+    kv = 16 * 2 * 4 * 256 * 2
+    state = 48 * 48 * 128 * 128 * 4 + 48 * 10240 * 3 * 2
+    context = 200 + 2500 / 2
+    step_bytes = weights + 48 * context * kv + 2 * 48 * state
+    ceiling = 48 / (step_bytes / 1597e9)
+
+    plan = plan_of(qwen36)
+    assert round(weights / 1e9, 2) == 51.25 and kv == 65_536 and round(state / 1e6, 1) == 153.9
+    assert round(step_bytes / 1e9, 1) == 70.6 and round(ceiling) == 1086
+    assert plan.weights_bytes_per_step == weights
+    assert plan.kv_bytes_per_token == kv
+    assert plan.state_bytes_per_sequence == state
+    assert plan.mean_context == context and plan.batch == 48
+    assert plan.step_time_bandwidth_s == pytest.approx(step_bytes / 1597e9, rel=1e-12)
+    assert plan.bound == "bandwidth"
+    assert plan.ceiling_tokens_per_s_per_gpu == pytest.approx(ceiling, rel=1e-12)
+    assert plan.measured_share == pytest.approx(400 / ceiling, rel=1e-12)  # about a third
+    assert plan.days_at_ceiling == pytest.approx(914_000 * 2500 / (ceiling * 4) / 86400, rel=1e-12)
+    assert plan.days_at_efficiency == pytest.approx(plan.days_at_ceiling / 0.7, rel=1e-12)
+    # Memory: 0.9 x 96 GB less every language-model weight (the embedding is resident), per sequence 1 state + L x kv.
+    assert plan.max_batch == int((0.9 * 96e9 - params * 2) // (state + context * kv))
+
+
+def test_fp8_weights_and_the_tuned_deployment(qwen36):
+    fp8 = plan_of(qwen36, weights="fp8")
+    # ROOFLINE.md: 26.93 GB in FP8 (the LM head and the narrow in_proj_a/b stay bf16, plus block scales).
+    assert round(fp8.weights_bytes_per_step / 1e9, 2) == 26.93
+    plan = plan_of(qwen36)
+    tuned = next(knob for knob in plan.knobs if "tuned" in knob.knob)
+    assert 400 / tuned.ceiling_tokens_per_s_per_gpu < 0.1  # under a tenth of what a tuned deployment allows
+    assert [knob.ceiling_tokens_per_s_per_gpu for knob in plan.knobs] == sorted(
+        (knob.ceiling_tokens_per_s_per_gpu for knob in plan.knobs), reverse=True)
+    names = {knob.knob for knob in plan.knobs}
+    assert {"FP8 weights", "FP8 KV cache", "bf16 linear-attention state", "concurrency up to the memory cap",
+            "TP 4 (one replica)"} <= names
+    assert all(knob.note for knob in plan.knobs)
+
+
+def test_sglang_state_copies_and_its_speculative_cap(qwen36):
+    radix = plan_of(qwen36, engine="sglang")
+    assert radix.state_copies == 5
+    state, kv, context = radix.state_bytes_per_sequence, 65_536, 1450
+    resident = 26_895_998_464 * 2
+    assert radix.max_batch == int((0.9 * 96e9 - resident) // (5 * state + context * kv)) == 37
+    assert radix.batch == 37 and any("--concurrency 48 is more than fits (37" in w for w in radix.warnings)
+    assert any(knob.knob.startswith("no prefix cache") for knob in radix.knobs)
+    no_radix = plan_of(qwen36, engine="sglang", prefix_cache=False)
+    assert no_radix.state_copies == 1 and no_radix.batch == 48
+    mtp = plan_of(qwen36, engine="sglang", prefix_cache=False, speculative="mtp", draft_tokens="3", acceptance="2.5", weights="fp8",
+                  concurrency="auto")
+    assert mtp.state_copies == 1 + 3 and mtp.max_batch == 48  # SGLang resets max running requests to 48
+    assert next(k for k in mtp.knobs if k.knob.startswith("concurrency")).batch > 48
+    assert any(knob.knob == "speculation off (mtp)" for knob in mtp.knobs)
+
+
+def test_speculation_terms(qwen36):
+    plain = plan_of(qwen36, engine="ideal", concurrency="16")
+    spec = plan_of(qwen36, engine="ideal", concurrency="16", speculative="mtp", draft_tokens="3", acceptance="3")
+    # Batch 16 is bandwidth-bound: MTP reads the MTP layer and LM head 3 times more, accepts 3 tokens a step.
+    assert spec.bound == plain.bound == "bandwidth"
+    assert spec.ceiling_tokens_per_s_per_gpu > 2 * plain.ceiling_tokens_per_s_per_gpu
+
+
+def test_longer_outputs_than_the_bench_change_the_batch_and_the_ceiling(qwen36, tmp_path):
+    bench = {"kind": "draftsmith.bench", "version": 1, "engine": "sglang", "max_tokens": 1024,
+             "results": [{"concurrency": 48, "output_tokens_per_s": 500.0, "mean_output_tokens": 1024}],
+             "knee": {"concurrency": 48, "output_tokens_per_s": 500.0}}
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(bench))
+    assert bench_from_dict(bench).knee_mean_output_tokens == 1024
+    plan = plan_of(qwen36, per_gpu=None, concurrency=None, bench=str(path), engine="sglang")
+    info = plan.bench_context
+    assert info["bench_mean_context"] == 200 + 512 and info["job_mean_context"] == 1450
+    assert info["max_batch_at_job"] < info["max_batch_at_bench"]
+    assert info["ceiling_at_job"] < info["ceiling_at_bench"]
+    assert any("the bench measured 1,024-token outputs but this job's average 2,500" in w for w in plan.warnings)
+    assert plan.measured_share == pytest.approx(500 / plan.ceiling_tokens_per_s_per_gpu)
+
+
+def test_moe_reads_the_experts_the_batch_touches():
+    assert experts_touched(128, 8, 1) == pytest.approx(8)
+    assert experts_touched(128, 8, 48) == pytest.approx(128 * (1 - (1 - 8 / 128) ** 48))
+    assert experts_touched(128, 8, 10_000) == pytest.approx(128)
+
+
+def test_output_length_tail_raises_the_live_context(qwen36, tmp_path):
+    lengths = tmp_path / "pilot.jsonl"
+    lengths.write_text("".join(json.dumps({"completion_tokens": n}) + "\n" for n in (1000, 1000, 1000, 7000)))
+    plan = plan_of(qwen36, output_mean=None, output_lengths=f"{lengths}:completion_tokens")
+    mean, square = 2500, (3 * 1000**2 + 7000**2) / 4
+    assert plan.output_mean == mean and plan.mean_context == pytest.approx(200 + square / (2 * mean))
+
+
+def test_json_is_strict_and_the_table_prints(qwen36, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["plan", "engine", "--model-config", str(qwen36), *SEED, "--json"]) == 0
+    text = capsys.readouterr().out
+    data = json.loads(text, parse_constant=lambda name: pytest.fail(f"non-strict JSON constant {name}"))
+    assert data["kind"] == "draftsmith.plan.engine" and data["batch"] == 48
+    assert {"knob", "ceiling_tokens_per_s_per_gpu", "days", "note"} <= set(data["knobs"][0])
+    assert main(["plan", "engine", "--model-config", str(qwen36), *SEED]) == 0
+    table = capsys.readouterr().out
+    assert "1,086 tok/s per GPU" in table and "the measured rate is 37% of the ceiling" in table
+
+
+@pytest.mark.parametrize("flags, names", [
+    (["--gpus", "0"], "--gpus"),
+    (["--gpus", "-4"], "--gpus"),
+    (["--output-mean", "nan"], "--output-mean"),
+    (["--prompt-mean", "-5"], "--prompt-mean"),
+    (["--efficiency", "0"], "--efficiency"),
+    (["--efficiency", "1.5"], "--efficiency"),
+    (["--memory-utilization", "NaN"], "--memory-utilization"),
+    (["--concurrency", "0"], "--concurrency"),
+    (["--speculative", "mtp", "--draft-tokens", "3", "--acceptance", "4.5"], "--acceptance"),
+    (["--speculative", "mtp"], "--acceptance"),
+    (["--tp", "4", "--gpus", "4", "--tp", "5"], "--tp"),
+    (["--tp", "3", "--gpus", "3"], "--tp 3 does not divide the 16 linear-attention key heads"),
+    (["--gpu", "k80"], "rtx-pro-6000-server, rtx-pro-6000-workstation, h100, h200, b200, a100-80gb, l40s"),
+    (["--per-gpu", "-400 tok/s"], "--per-gpu"),
+])
+def test_bad_input_is_one_line_naming_the_flag(qwen36, capsys, flags, names):
+    assert main(["plan", "engine", "--model-config", str(qwen36), *SEED, *flags]) == 2
+    error = capsys.readouterr().err.strip()
+    assert names in error and len(error.splitlines()) == 1 and "Traceback" not in error
+
+
+def test_without_a_config_the_overrides_plan_alone(capsys):
+    assert main(["plan", "engine", "--params", "27B", "--kv-bytes-per-token", "65536", "--state-bytes", "153.9M",
+                 "--gpu", "h200", "--output-mean", "2500", "--prompt-mean", "200", "--concurrency", "64", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["weights_bytes_per_step"] == 54e9 and data["batch"] == 64
+    expected = 64 / ((54e9 + 64 * 1450 * 65536 + 2 * 64 * 153.9e6) / 4800e9)
+    assert math.isclose(data["ceiling_tokens_per_s_per_gpu"], expected, rel_tol=1e-12)
+
+
+def test_custom_gpu_figures(qwen36, capsys):
+    assert main(["plan", "engine", "--model-config", str(qwen36), "--gpu-bandwidth", "8 TB/s", "--gpu-memory", "288GB",
+                 "--gpu-tflops", "2500", "--output-mean", "2500", "--prompt-mean", "200", "--concurrency", "48", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["step_time_bandwidth_s"] == pytest.approx((51.2492e9 + 48 * 1450 * 65536 + 2 * 48 * 153944064) / 8e12, rel=1e-5)
+    assert main(["plan", "engine", "--model-config", str(qwen36), "--gpu-bandwidth", "8 TB/s", "--output-mean", "9"]) == 2
+    assert "--gpu-memory" in capsys.readouterr().err
