@@ -183,3 +183,37 @@ def test_custom_gpu_figures(qwen36, capsys):
     assert data["step_time_bandwidth_s"] == pytest.approx((51.2492e9 + 48 * 1450 * 65536 + 2 * 48 * 153944064) / 8e12, rel=1e-5)
     assert main(["plan", "engine", "--model-config", str(qwen36), "--gpu-bandwidth", "8 TB/s", "--output-mean", "9"]) == 2
     assert "--gpu-memory" in capsys.readouterr().err
+
+
+def test_engine_settings_are_the_config_fields():
+    from draftsmith.plan.engine import ENGINE_SETTINGS
+
+    assert set(ENGINE_SETTINGS) == set(EnginePlanConfig.model_fields)
+
+
+def test_the_main_plan_prints_the_ceiling_and_the_share(qwen36, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    argv = ["plan", "--samples", "914k", "--output-mean", "2500", "--prompt-mean", "200", "--per-gpu", "400 tok/s",
+            "--gpus", "4", "--model-config", str(qwen36), "--gpu", "rtx-pro-6000-server", "--concurrency", "48"]
+    assert main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert round(data["wall_time"]["days"], 1) == 16.5
+    assert round(data["ceiling"]["ceiling_tokens_per_s_per_gpu"]) == 1086 and data["ceiling"]["batch"] == 48
+    assert data["ceiling"]["measured_share"] == pytest.approx(400 / data["ceiling"]["ceiling_tokens_per_s_per_gpu"])
+    assert main(argv) == 0
+    assert "the measured rate is 37% of the ceiling" in capsys.readouterr().out
+
+
+def test_the_main_plan_says_how_a_short_bench_misleads_a_long_job(qwen36, tmp_path, capsys):
+    bench = {"kind": "draftsmith.bench", "version": 1, "max_tokens": 1024,
+             "results": [{"concurrency": 48, "output_tokens_per_s": 500.0, "mean_output_tokens": 1024}],
+             "knee": {"concurrency": 48, "output_tokens_per_s": 500.0}}
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    argv = ["plan", "--samples", "914k", "--output-mean", "2500", "--prompt-mean", "200", "--bench",
+            str(tmp_path / "bench.json"), "--gpus", "4", "--model-config", str(qwen36), "--gpu", "rtx-pro-6000-server",
+            "--engine", "sglang", "--json"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    context = data["ceiling"]["bench_context"]
+    assert context["max_batch_at_job"] < context["max_batch_at_bench"]
+    assert any("the batch that fits from" in warning for warning in data["warnings"])

@@ -64,6 +64,17 @@ class PlanInputs(BaseModel):
     disk: int | None = None  # bytes; "90TB" and "2 TiB" accepted
     sensitivity_factors: list[float] = Field(default_factory=lambda: list(DEFAULT_SENSITIVITY_FACTORS))
     gpu_counts: list[int] | None = None
+    # With model_config_path: the decode ceiling of `plan engine` beside the days (plan.engine).
+    gpu: str | None = None
+    concurrency: str | None = None
+    weights: str | None = None
+    kv_cache: str | None = None
+    engine: str | None = None
+
+    @field_validator("gpu", "concurrency", "weights", "kv_cache", "engine", mode="before")
+    @classmethod
+    def _engine_text(cls, value: Any) -> Any:
+        return None if value is None else str(value)
 
     @field_validator("samples", "max_tokens", "gpus", "hidden_size", "captured_layers", mode="before")
     @classmethod
@@ -238,6 +249,7 @@ class Plan(BaseModel):
     gpu_scaling: list[GpuScalingRow]
     deadline: DeadlinePlan | None = None
     storage: StorageEstimate | None = None
+    ceiling: dict[str, Any] | None = None  # `plan engine`'s ceiling, days and measured share (with --gpu and --model-config)
     warnings: list[str] = Field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -326,6 +338,7 @@ def make_plan(inputs: PlanInputs | dict[str, Any]) -> Plan:
     warnings += _length_warnings(inputs, output_mean, output_stats)
     deadline = _deadline(inputs, total_output_tokens, seconds, throughput.per_gpu_tokens_per_s, warnings)
     needed = deadline.gpus_needed if deadline else None
+    ceiling = _ceiling(inputs, output_mean, prompt_mean, throughput, warnings)
     return Plan(
         inputs=inputs.model_dump(mode="json", exclude={"output_lengths", "prompt_lengths"}),
         samples=inputs.samples,
@@ -343,8 +356,39 @@ def make_plan(inputs: PlanInputs | dict[str, Any]) -> Plan:
         gpu_scaling=_gpu_scaling(inputs, total_output_tokens, throughput, needed, deadline),
         deadline=deadline,
         storage=_storage(inputs, total_output_tokens, total_prompt_tokens, warnings),
+        ceiling=ceiling,
         warnings=warnings,
     )
+
+
+def _ceiling(inputs: PlanInputs, output_mean: float, prompt_mean: float | None, throughput: Throughput,
+             warnings: list[str]) -> dict[str, Any] | None:
+    """`plan engine` on this plan's model, GPUs and lengths: the ceiling beside the days, the share the rate
+    planned on is of it, and (with a bench) how this job's lengths change the batch that fits."""
+    if inputs.gpu is None:
+        return None
+    if inputs.model_config_path is None:
+        raise InputError("--gpu needs --model-config: the ceiling is computed from the model's config.json")
+    from draftsmith.plan.engine import engine_settings, make_engine_plan
+
+    measured: dict[str, Any] = {}
+    if throughput.source == "bench" and inputs.bench is not None and inputs.bench.path:
+        measured["bench"] = inputs.bench.path
+    elif throughput.per_gpu_tokens_per_s is not None:
+        measured["per_gpu"] = f"{throughput.per_gpu_tokens_per_s:.6g} tok/s"
+    lengths = ({"output_lengths": inputs.output_lengths_source} if inputs.output_lengths_source
+               else {"output_mean": f"{output_mean:.10g}"})
+    config = engine_settings(
+        model_config_path=inputs.model_config_path, gpu=inputs.gpu, gpus=str(throughput.gpus or inputs.gpus or 1),
+        concurrency=inputs.concurrency, weights=inputs.weights, kv_cache=inputs.kv_cache, engine=inputs.engine,
+        prompt_mean=f"{prompt_mean:.10g}" if prompt_mean is not None else None, samples=str(inputs.samples),
+        max_tokens=str(inputs.max_tokens) if inputs.max_tokens else None, **lengths, **measured)
+    engine_plan = make_engine_plan(config)
+    warnings += [warning for warning in engine_plan.warnings if not warning.startswith("no --prompt-mean")]
+    fields = ("gpu", "gpus", "engine", "weights", "batch", "max_batch", "mean_context", "ceiling_tokens_per_s_per_gpu",
+              "efficiency", "days_at_ceiling", "days_at_efficiency", "measured_tokens_per_s_per_gpu", "measured_share",
+              "bench_context")
+    return {field: getattr(engine_plan, field) for field in fields}
 
 
 def _throughput(inputs: PlanInputs, warnings: list[str]) -> tuple[Throughput, list[RateCheck]]:
@@ -378,6 +422,7 @@ def _length_warnings(inputs: PlanInputs, output_mean: float, output_stats: Lengt
             warnings.append(
                 f"the bench knee was measured at {measured:,.0f} output tokens per request but the plan averages "
                 f"{output_mean:,.0f}; throughput at that length may differ, re-run bench with a matching max_tokens"
+                + ("" if inputs.gpu else " (--model-config with --gpu shows how the batch that fits and the ceiling change)")
             )
     if output_stats is not None and output_stats.share_at_cap is not None and output_stats.share_at_cap >= 0.05:
         warnings.append(

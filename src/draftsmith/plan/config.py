@@ -87,6 +87,16 @@ class PlanConfig(BaseModel):
         None, description="throughput and length factors of the sensitivity table (0.5,0.75,1,1.25,1.5,2)")
     gpu_counts: Annotated[list[int] | None, cli(metavar="N,N,...")] = Field(
         None, description="GPU counts of the scaling table (1,2,4,...,64)")
+    gpu: Annotated[Text, cli(metavar="NAME")] = Field(
+        None, description="with --model-config: the GPU (see `plan engine`); prints the decode ceiling beside the days")
+    concurrency: Annotated[Text, cli(metavar="N|auto")] = Field(
+        None, description="with --gpu: requests in flight per GPU for the ceiling (the bench knee's, else auto)")
+    weights: Annotated[Literal["bf16", "fp8", "fp4", "int4"] | None, cli(metavar="DTYPE")] = Field(
+        None, description="with --gpu: weight dtype for the ceiling (bf16)")
+    kv_cache: Annotated[Literal["auto", "bf16", "fp8"] | None, cli(metavar="DTYPE")] = Field(
+        None, description="with --gpu: KV cache dtype for the ceiling (auto)")
+    engine: Annotated[Literal["ideal", "sglang", "vllm"] | None, cli(metavar="NAME")] = Field(
+        None, description="with --gpu: whose state copies and caps the ceiling assumes (ideal)")
 
     def to_inputs(self) -> PlanInputs:
         """The parsed, checked plan inputs, with the length and bench files read."""

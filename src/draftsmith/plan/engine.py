@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -609,6 +610,23 @@ def bench_context(setup: Setup, job: dict[str, Any], bench: Any) -> tuple[dict[s
             f"(x{ratio:.2f}); expect the measured rate to move with it")
     info["ratio"] = ratio
     return info, line
+
+
+# The settings `make_engine_plan` reads (the fields of plan.config.EnginePlanConfig; a test keeps them equal).
+ENGINE_SETTINGS = (
+    "model_config_path", "gpu", "gpu_bandwidth", "gpu_memory", "gpu_tflops", "gpus", "tp", "weights", "kv_cache",
+    "state_dtype", "concurrency", "prompt_mean", "output_mean", "output_lengths", "max_tokens", "speculative",
+    "draft_tokens", "acceptance", "engine", "prefix_cache", "state_copies", "memory_utilization", "efficiency",
+    "per_gpu", "bench", "samples", "params", "kv_bytes_per_token", "state_bytes",
+)
+
+
+def engine_settings(**values: Any) -> SimpleNamespace:
+    """Settings for `make_engine_plan` from another plan (`plan --gpu`), unnamed ones not given."""
+    unknown = set(values) - set(ENGINE_SETTINGS)
+    if unknown:
+        raise TypeError(f"not plan engine settings: {sorted(unknown)}")
+    return SimpleNamespace(**{name: values.get(name) for name in ENGINE_SETTINGS})
 
 
 def make_engine_plan(config: Any) -> EnginePlan:

@@ -65,6 +65,14 @@ def _summary_table(plan: Plan) -> Table:
     table.add_row(
         "wall time", f"[bold]{wall.days:.1f} days[/bold] ({wall.hours:,.1f} hours, {wall.seconds:,.0f} s)"
     )
+    ceiling = plan.ceiling
+    if ceiling is not None:
+        line = (f"{ceiling['ceiling_tokens_per_s_per_gpu']:,.0f} tok/s per GPU on {ceiling['gpus']} x {ceiling['gpu']} at batch "
+                f"{ceiling['batch']} ({ceiling['weights']}, engine {ceiling['engine']}): {ceiling['days_at_ceiling']:.1f} days "
+                f"at the ceiling, {ceiling['days_at_efficiency']:.1f} at {ceiling['efficiency']:g} of it")
+        if ceiling["measured_share"] is not None:
+            line += f"; [bold]the measured rate is {ceiling['measured_share']:.0%} of the ceiling[/bold]"
+        table.add_row("decode ceiling", line)
     return table
 
 

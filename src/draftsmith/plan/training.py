@@ -118,7 +118,8 @@ class TrainPlanInputs(BaseModel):
     @classmethod
     def _gpu(cls, value: str) -> str:
         # The one catalogue `plan engine` uses too (plan.gpus); "H100", "A100" still name their entries.
-        return find_gpu(value, instead="--gpu-flops and --gpu-memory").name
+        find_gpu(value, instead="--gpu-flops and --gpu-memory")
+        return value.upper()
 
     @field_validator("dtype")
     @classmethod
