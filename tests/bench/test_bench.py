@@ -45,7 +45,8 @@ def test_sweep_against_a_server_with_fixed_latency(prompts, tmp_path):
     assert data["engine"] == "draftsmith" and data["model"] == "target" and data["max_tokens"] == 64
     one, eight = data["results"]
     assert set(one) == {"concurrency", "output_tokens_per_s", "requests_per_s", "latency_p50_s", "latency_p99_s",
-                        "ttft_p50_s", "mean_output_tokens", "requests"}
+                        "ttft_p50_s", "mean_output_tokens", "requests", "engine_metrics"}
+    assert one["engine_metrics"] is None and data["warnings"] == []  # draftsmith serve has no /metrics
     assert (one["concurrency"], eight["concurrency"]) == (1, 8)
     assert one["latency_p50_s"] >= 0.05 and one["ttft_p50_s"] is not None and one["ttft_p50_s"] <= one["latency_p50_s"]
     assert one["requests_per_s"] < 21  # one request at a time, 50 ms each

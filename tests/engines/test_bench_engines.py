@@ -64,3 +64,29 @@ def test_bench_sweeps_concurrency_and_writes_the_plan_json(engine, tmp_path, str
     by_level = {level["concurrency"]: level for level in levels}
     assert knee["concurrency"] in by_level
     assert knee["output_tokens_per_s"] == pytest.approx(by_level[knee["concurrency"]]["output_tokens_per_s"])
+
+
+def test_bench_records_the_running_batch_from_vllm_metrics(start_vllm, tiny_target_dir, tmp_path):
+    # vLLM CPU capped at 2 running requests: the sweep sends 6 at once and must say that only 2 ran.
+    server = start_vllm(tiny_target_dir, "max-num-seqs-2", extra_args=["--max-num-seqs", "2"])
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps(row) + "\n" for row in synthetic_prompts(24, seed=5)))
+    out = tmp_path / "bench.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])))
+    argv = [sys.executable, "-m", "draftsmith", "bench", str(prompts), "--endpoint", server.api_url, "--out", str(out),
+            "--concurrency", "1,6", "--requests", "12", "--max-tokens", "96", "--temperature", "0",
+            "--metrics-interval", "0.05"]
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    one, six = report["results"]
+    for level in (one, six):
+        metrics = level["engine_metrics"]
+        assert metrics["engine"] == "vllm" and metrics["polls"] >= 2
+        assert metrics["requested_concurrency"] == level["concurrency"]
+        assert metrics["cache_usage_max"] is not None and 0 <= metrics["cache_usage_max"] <= 1
+    assert 1 <= one["engine_metrics"]["running_max"] <= 1
+    assert six["engine_metrics"]["running_max"] == 2  # the cap, not the 6 requests in flight
+    assert six["engine_metrics"]["waiting_max"] >= 1
+    assert report["warnings"] == [next(w for w in report["warnings"] if w.startswith("concurrency 6: the engine ran at most 2"))]
+    assert "concurrency 6: the engine ran at most 2" in " ".join(result.stderr.split())

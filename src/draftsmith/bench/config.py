@@ -40,5 +40,8 @@ class BenchConfig(BaseModel):
     knee_tolerance: float = Field(0.1, ge=0, le=1, description="Knee: the first level within this share of the best throughput.")
     timeout_s: Annotated[float, cli("--timeout")] = Field(1800.0, gt=0, description="Seconds one request may take.")
     seed: int = Field(0, description="Seed of the prompt order.")
+    metrics: bool = Field(True, description="Record the engine's running batch, cache usage and acceptance from /metrics.")
+    metrics_interval_s: Annotated[float, cli("--metrics-interval")] = Field(
+        0.25, gt=0, description="Seconds between /metrics polls during a level.")
     api_key: Annotated[str | None, cli(envvar="OPENAI_API_KEY")] = Field(
         None, description="API key sent as a Bearer token (or OPENAI_API_KEY).")

@@ -8,6 +8,11 @@ ids). TTFT is measured when streaming.
 The knee is the smallest concurrency whose output tok/s reaches ``1 - knee_tolerance`` of the
 best level's: more concurrency beyond it buys latency, not throughput. ``plan`` reads
 ``knee.output_tokens_per_s`` as the per-GPU throughput.
+
+Where the endpoint serves Prometheus ``/metrics`` (vLLM, SGLang), each level also stores
+``engine_metrics`` (the running batch, waiting queue, KV cache usage and speculative acceptance the
+engine reported while the level ran; ``bench.engine_metrics``), and ``warnings`` says where fewer
+requests ran at once than were sent.
 """
 
 from __future__ import annotations
@@ -17,12 +22,13 @@ import json
 import random
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 
 from draftsmith.bench.config import DEFAULT_CONCURRENCIES, BenchConfig
+from draftsmith.bench.engine_metrics import MetricsPoller, cap_warning
 from draftsmith.core.errors import DraftsmithError, InputError
 from draftsmith.core.io import write_json_atomic
 from draftsmith.core.redact import redact_url
@@ -46,6 +52,8 @@ class LevelResult:
     ttft_p50_s: float | None
     mean_output_tokens: float
     requests: int
+    engine_metrics: dict[str, Any] | None = None
+    """What the engine ran during the level, from its /metrics (running batch, cache usage, acceptance); None without."""
 
 
 @dataclass
@@ -58,6 +66,7 @@ class BenchResult:
     knee: dict[str, Any]
     errors: int = 0
     """Failed requests over the sweep (not part of the JSON contract; printed, not saved)."""
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -69,6 +78,7 @@ class BenchResult:
             "max_tokens": self.max_tokens,
             "results": [asdict(level) for level in self.results],
             "knee": dict(self.knee),
+            "warnings": list(self.warnings),
         }
 
     def save(self, path: str | Path) -> Path:
@@ -81,7 +91,9 @@ class BenchResult:
         from rich.table import Table
 
         table = Table(title=f"draftsmith bench: {self.engine} / {self.model} @ {self.endpoint}")
-        for column in ("concurrency", "out tok/s", "req/s", "p50 latency", "p99 latency", "p50 TTFT", "mean out tok", "requests"):
+        metrics = any(level.engine_metrics for level in self.results)
+        columns = ["concurrency", "out tok/s", "req/s", "p50 latency", "p99 latency", "p50 TTFT", "mean out tok", "requests"]
+        for column in columns + (["running max/mean", "cache use max"] if metrics else []):
             table.add_column(column, justify="right")
         for level in self.results:
             mark = " <- knee" if level.concurrency == self.knee["concurrency"] else ""
@@ -90,8 +102,16 @@ class BenchResult:
                 f"{level.latency_p50_s:.3f}s", f"{level.latency_p99_s:.3f}s",
                 "-" if level.ttft_p50_s is None else f"{level.ttft_p50_s:.3f}s",
                 f"{level.mean_output_tokens:,.1f}", str(level.requests),
+                *(_metric_cells(level.engine_metrics) if metrics else []),
             )
         console.print(table)
+
+
+def _metric_cells(record: dict[str, Any] | None) -> list[str]:
+    if not record:
+        return ["-", "-"]
+    usage = record.get("cache_usage_max")
+    return [f"{record['running_max']:g}/{record['running_mean']:.1f}", "-" if usage is None else f"{usage:.0%}"]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -140,6 +160,9 @@ async def arun_bench(config: BenchConfig, log: Callable[[str], None] = lambda me
     levels = sorted(set(config.concurrencies))
     async with ChatClient(connections=max(levels) + 4, timeout_s=config.timeout_s, api_key=config.api_key) as client:
         model, owner = await _describe_endpoint(client, base)
+        poller = MetricsPoller(client, base, config.metrics_interval_s)
+        if config.metrics and await poller.probe():
+            log(f"recording the engine's running batch and cache usage from {redact_url(base)}/metrics")
         model = config.model or model
         engine = config.engine or owner
         payload = chat_payload(model, config.max_tokens, stream=config.stream, temperature=config.temperature,
@@ -148,6 +171,7 @@ async def arun_bench(config: BenchConfig, log: Callable[[str], None] = lambda me
         cursor = 0
         errors = 0
         results = []
+        warnings: list[str] = []
 
         async def run_level(concurrency: int, count: int) -> tuple[list, float]:
             nonlocal cursor, errors
@@ -174,7 +198,9 @@ async def arun_bench(config: BenchConfig, log: Callable[[str], None] = lambda me
             count = config.requests_per_level or max(config.min_requests, 4 * concurrency)
             if config.warmup:
                 await run_level(concurrency, concurrency)
-            outcomes, wall = await run_level(concurrency, count)
+            measured = asyncio.ensure_future(run_level(concurrency, count))
+            engine_metrics = await poller.record(measured, concurrency)
+            outcomes, wall = measured.result()
             if not outcomes:
                 raise DraftsmithError(f"bench: every request at concurrency {concurrency} failed (see messages above)")
             tokens = [
@@ -192,12 +218,17 @@ async def arun_bench(config: BenchConfig, log: Callable[[str], None] = lambda me
                 ttft_p50_s=round(percentile(ttfts, 50), 4) if ttfts else None,
                 mean_output_tokens=round(statistics.fmean(tokens), 2),
                 requests=len(outcomes),
+                engine_metrics=engine_metrics,
             )
+            warning = cap_warning(engine_metrics)
+            if warning:
+                log(f"warning: {warning}")
+                warnings.append(warning)
             log(f"concurrency {concurrency}: {level.output_tokens_per_s:,.0f} out tok/s, "
                 f"{level.requests_per_s:,.2f} req/s, p50 {level.latency_p50_s:.3f}s")
             results.append(level)
     return BenchResult(engine=engine, model=model, endpoint=redact_url(base), max_tokens=config.max_tokens, results=results,
-                       knee=find_knee(results, config.knee_tolerance), errors=errors)
+                       knee=find_knee(results, config.knee_tolerance), errors=errors, warnings=warnings)
 
 
 def run_bench(config: BenchConfig, log: Callable[[str], None] = lambda message: None) -> BenchResult:

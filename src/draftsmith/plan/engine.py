@@ -459,8 +459,12 @@ def rank_knobs(setup: Setup, arch: Architecture | None, base: Roofline, samples:
                efficiency: float) -> list[Knob]:
     rows = []
     candidates = _knob_setups(setup, arch)
-    candidates.append(("all of the above but speculation (tuned)", _tuned(setup, arch), True,
-                       "FP8 weights and KV, bf16 state, no prefix cache, batch to the memory cap: check accuracy first"))
+    tuned = _tuned(setup, arch)
+    changes = [text for text, changed in (("FP8 weights", tuned.weights != setup.weights), ("FP8 KV", tuned.kv_cache != setup.kv_cache),
+                                          ("bf16 state", tuned.state_dtype != setup.state_dtype),
+                                          ("no prefix cache", tuned.prefix_cache != setup.prefix_cache)) if changed]
+    candidates.append(("all of the above but speculation (tuned)", tuned, True,
+                       ", ".join(changes + ["the batch to the memory cap"]) + ": check accuracy first"))
     for name, changed, at_cap, note in candidates:
         try:
             if changed.tp != setup.tp:
