@@ -217,3 +217,27 @@ def test_the_main_plan_says_how_a_short_bench_misleads_a_long_job(qwen36, tmp_pa
     context = data["ceiling"]["bench_context"]
     assert context["max_batch_at_job"] < context["max_batch_at_bench"]
     assert any("the batch that fits from" in warning for warning in data["warnings"])
+
+
+def test_sliding_window_layers_keep_only_their_window(tmp_path):
+    import transformers
+
+    from draftsmith.plan.engine import build_setup, evaluate
+
+    transformers.Gemma3TextConfig(hidden_size=256, intermediate_size=704, num_hidden_layers=12, num_attention_heads=4,
+                                  num_key_value_heads=2, head_dim=64, vocab_size=1000, sliding_window=128).save_pretrained(tmp_path)
+    setup, _ = build_setup(EnginePlanConfig(model_config_path=str(tmp_path), gpu="h100", prompt_mean="1000",
+                                            output_mean="2000"))
+    roofline = evaluate(setup, 8)
+    per_layer = 2 * 2 * 64 * 2  # K and V, 2 KV heads x 64, bf16
+    assert roofline.kv_bytes_per_token == 2 * per_layer  # the 2 full-attention layers of 12
+    context = 1000 + 2000 / 2
+    kv = 8 * (context * 2 * per_layer + 128 * 10 * per_layer)  # 10 sliding layers keep 128 tokens
+    assert roofline.bytes_per_step == pytest.approx(roofline.weights_bytes_per_step + kv, rel=1e-12)
+
+
+def test_an_unreadable_config_exits_2_naming_field_and_override(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3", "num_hidden_layers": 4}))
+    assert main(["plan", "engine", "--model-config", str(tmp_path), "--gpu", "h100", "--output-mean", "100"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "missing hidden_size" in error and "--params" in error and len(error.splitlines()) == 1
