@@ -177,7 +177,8 @@ def _draft(setup: Setup) -> tuple[float, float, float, float]:
         return 0.0, 0.0, 0.0, 0.0
     if setup.speculative == "mtp":
         resident = sum(_tensor_bytes(t, setup.weights) for t in arch.tensors if t.mtp)
-        return -1.0, resident, _active_params(arch, True), float(arch.mtp_kv_elements_per_token())
+        # What a draft step reads depends on the batch (its MoE experts): `evaluate` computes it.
+        return 0.0, resident, _active_params(arch, True), float(arch.mtp_kv_elements_per_token())
     layer = (_active_params(arch, False) - arch.vocab_size * arch.hidden_size) / arch.num_layers
     head = arch.vocab_size * arch.hidden_size * 2.0
     per_weight = WEIGHT_BYTES[setup.weights]
