@@ -100,7 +100,7 @@ def cap_warning(record: dict[str, Any] | None) -> str | None:
     if record is None or record["running_max"] >= record["requested_concurrency"]:
         return None
     return (f"concurrency {record['requested_concurrency']}: the engine ran at most {record['running_max']:g} requests at "
-            f"once (mean {record['running_mean']:g}, waiting up to {record['waiting_max'] if record['waiting_max'] is not None else '?'}"
+            f"once (mean {record['running_mean']:g}, waiting up to {'?' if record['waiting_max'] is None else format(record['waiting_max'], 'g')}"
             f"); a running-request cap (SGLang --max-running-requests, vLLM --max-num-seqs) or memory holds the batch "
             f"below what was sent")
 
