@@ -22,7 +22,8 @@ Per decode step, per GPU of one replica (TP degree t; one replica per GPU when t
   MTP drafts g tokens one at a time, each reading the MTP layer and the LM head.
 - memory cap: B_max = (memory*utilization - resident weights/t) / (copies*state/t + L*kv/t'), with
   the engine's state copies (SGLang: 3 slots per running request with its radix prefix cache plus
-  2 ping-pong buffers under the overlap scheduler = 5, 1 with --disable-radix-cache; plus one per
+  2 ping-pong buffers under the overlap scheduler with `--mamba-scheduler-strategy extra_buffer` = 5;
+  3 with the `no_buffer` strategy, so pass --state-copies 3 there; 1 with --disable-radix-cache; plus one per
   draft token under speculation; sglang/srt/model_executor/model_runner_kv_cache_mixin.py,
   MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO = 3, MAMBA_CACHE_V2_ADDITIONAL_RATIO_OVERLAP = 2)
   and its default caps (SGLang resets max running requests to 48 when speculating, server_args.py;
