@@ -118,7 +118,8 @@ def shard_status(directory: Path, tag: str, config: StatusConfig, window_s: floa
     age = None if activity is None else max(0.0, now - activity)
     rates = _rates(record, basis, now if alive is not False else (last_row or now), window_s)
     remaining = None if total is None else max(0, total - every.rows - failed)
-    window_rows = (rates["rows_per_s"] or 0) * window_s
+    # Without a record there is no window rate: the failures are then weighed against every row.
+    window_rows = every.rows if rates["rows_per_s"] is None else rates["rows_per_s"] * window_s
     failing = recent_failures >= MIN_FAILURES_TO_FAIL and recent_failures >= config.failing_share * (recent_failures + window_rows)
     note = None
     if alive is False:
