@@ -42,6 +42,7 @@ def test_live_run_then_kill_9_then_resume(tmp_path, prompts_file):
             writer.wait()
         assert (code, dead["state"], dead["writer_alive"]) == (1, "dead", False)
         assert dead["done"] == row_count(out) and dead["shards"][0]["state"] == "dead"
+    assert dead["rows_per_s"] is None and dead["eta_s"] is None  # a dead writer makes no progress: no ETA
         resumed = subprocess.run([sys.executable, "-m", "draftsmith", "generate", str(prompts), "-o", str(out), "-e",
                                   server.url, "--no-progress", "--concurrency", "8"], env=environment(),
                                  capture_output=True, text=True, timeout=180)  # fmt: skip

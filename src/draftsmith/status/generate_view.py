@@ -138,7 +138,8 @@ def shard_status(directory: Path, tag: str, config: StatusConfig, window_s: floa
         note = f"{recent_failures} failures in the window" if failing else None
     shard = ShardStatus(name=tag, directory=str(directory), state=state, done=every.rows, total=total, failed=failed,
                         rows_per_s=rates["rows_per_s"], output_tokens_per_s=rates["output_tokens_per_s"], writer=writer,
-                        writer_alive=alive, last_write_age_s=None if last_row is None else round(now - last_row, 1), note=note)  # fmt: skip
+                        writer_alive=alive, last_write_age_s=None if last_row is None else round(max(0.0, now - last_row), 1),
+                        note=note)  # fmt: skip
     return {"shard": shard, "stats": every, "kinds": kinds, "bytes": size, "rates": rates, "record": record,
             "summary": summary, "remaining": remaining}  # fmt: skip
 
@@ -205,15 +206,18 @@ def generate_status(directories: list[Path], config: StatusConfig, window_s: flo
     if total is not None and estimated:  # shards not started yet hold about as many samples as the others
         total = round(total * expected / len(known_totals))
     done, failed = sum(s.done or 0 for s in shards), sum(s.failed for s in shards)
-    rows_rate = _sum([s.rows_per_s for s in shards])
+    # The job's rate is what its live shards do now: a dead or finished shard's last rate is history.
+    live = [view for view in views if view["shard"].state in ("running", "stalled", "failing")]
+    live = live or [view for view in views if view["shard"].state == "finished"]  # a finished job: its last rates
+    rows_rate = _sum([view["shard"].rows_per_s for view in live])
     state = worst_state([s.state for s in shards] + (["dead"] if missing and all(s.state == "finished" for s in shards) else []))
     remaining = None if total is None else max(0, total - done - failed)
     eta = None if remaining is None else (0.0 if remaining == 0 else (remaining / rows_rate if rows_rate else None))
     summary = StatusSummary(
         stage="generate", state=state, directories=[str(d) for d in directories], done=done, total=total,
-        total_estimated=estimated, rows_per_s=rows_rate, rows_per_s_since_start=_sum([v["rates"]["rows_since"] for v in views]),
-        output_tokens_per_s=_sum([s.output_tokens_per_s for s in shards]),
-        output_tokens_per_s_since_start=_sum([v["rates"]["tokens_since"] for v in views]),
+        total_estimated=estimated, rows_per_s=rows_rate, rows_per_s_since_start=_sum([v["rates"]["rows_since"] for v in live]),
+        output_tokens_per_s=_sum([v["shard"].output_tokens_per_s for v in live]),
+        output_tokens_per_s_since_start=_sum([v["rates"]["tokens_since"] for v in live]),
         eta_s=None if eta is None else round(eta, 1), finishes_at=None if eta is None else round(now + eta),
         writer_alive=_aggregate_alive([s.writer_alive for s in shards if s.state != "finished"]),
         last_write_age_s=min((s.last_write_age_s for s in shards if s.last_write_age_s is not None), default=None),

@@ -116,8 +116,8 @@ def render(summary: StatusSummary):
             table.add_row("re-plan", _replan_line(summary.replan))
     if summary.train:
         _train_rows(table, summary.train)
-    writer = "; ".join(f"{s.name}: {s.writer}" for s in summary.shards) if len(summary.shards) > 1 else summary.shards[0].writer
-    table.add_row("writer", writer)
+    if len(summary.shards) == 1:  # several: a column of the shard table
+        table.add_row("writer", summary.shards[0].writer)
     table.add_row("last write", _age(summary.last_write_age_s))
     if summary.disk:
         table.add_row("disk", _disk_line(summary.disk))
