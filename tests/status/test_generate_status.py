@@ -42,7 +42,7 @@ def test_live_run_then_kill_9_then_resume(tmp_path, prompts_file):
             writer.wait()
         assert (code, dead["state"], dead["writer_alive"]) == (1, "dead", False)
         assert dead["done"] == row_count(out) and dead["shards"][0]["state"] == "dead"
-    assert dead["rows_per_s"] is None and dead["eta_s"] is None  # a dead writer makes no progress: no ETA
+        assert dead["rows_per_s"] is None and dead["eta_s"] is None  # a dead writer makes no progress: no ETA
         resumed = subprocess.run([sys.executable, "-m", "draftsmith", "generate", str(prompts), "-o", str(out), "-e",
                                   server.url, "--no-progress", "--concurrency", "8"], env=environment(),
                                  capture_output=True, text=True, timeout=180)  # fmt: skip
@@ -164,3 +164,22 @@ def test_bad_input_is_a_one_line_error(tmp_path, prompts_file, case):
     (line,) = stderr.strip().splitlines()
     assert line.startswith("draftsmith: error: ")
     assert str(target) in line or case == "bad-window"
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_watch_redraws_until_ctrl_c(tmp_path, prompts_file, as_json):
+    prompts, out = prompts_file(20), tmp_path / "out"
+    with ServeProcess() as server:
+        generate(_config(prompts, out, server.url))
+    command = [sys.executable, "-m", "draftsmith", "status", str(out), "--watch", "0.3", *(["--json"] if as_json else [])]
+    process = subprocess.Popen(command, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if as_json:
+        views = [json.loads(process.stdout.readline()) for _ in range(3)]  # one object per refresh
+        assert [view["state"] for view in views] == ["finished"] * 3
+    else:
+        time.sleep(4)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=30)
+    assert process.returncode == 130 and "Traceback" not in stderr, stderr
+    if not as_json:
+        assert "draftsmith status: generate  FINISHED" in stdout and "20 / 20 (100.0%)" in stdout
