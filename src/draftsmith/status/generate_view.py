@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from draftsmith.core.errors import InputError
-from draftsmith.core.lock import lock_holder
 from draftsmith.core.manifest import read_manifest
 from draftsmith.core.redact import redact_url
 from draftsmith.data.run_records import RowStats, failure_kind, histogram_quantile, progress_name, read_progress
 from draftsmith.status.config import ShardStatus, StatusConfig, StatusSummary, worst_state
-from draftsmith.status.reading import json_lines, list_directory, read_json
+from draftsmith.status.reading import describe_writer, json_lines, list_directory, read_json
 
 _SHARD_FILE = re.compile(r"^(?:generated-(s\d+of\d+)-\d+\.jsonl|failures-(s\d+of\d+)\.jsonl|summary-(s\d+of\d+)\.json|"
                          r"progress-(s\d+of\d+)\.json)$")  # fmt: skip
@@ -34,15 +33,6 @@ MIN_FAILURES_TO_FAIL = 5
 def shard_tags(names: list[str]) -> list[str]:
     tags = {next(group for group in match.groups() if group) for name in names if (match := _SHARD_FILE.match(name))}
     return sorted(tags, key=lambda tag: tuple(map(int, _TAG.match(tag).groups())))
-
-
-def _writer(directory: Path, tag: str) -> tuple[bool | None, str]:
-    holder = lock_holder(directory / f".draftsmith.{tag}.lock")
-    if holder["pid"] is None:
-        return False, "none (no run holds the lock)"
-    if holder["alive"] is None:
-        return None, f"pid {holder['pid']} on {holder['host']} (another host: judged by its last write)"
-    return holder["alive"], f"pid {holder['pid']} on {holder['host']} " + ("alive" if holder["alive"] else "dead")
 
 
 def _part_stats(directory: Path, tag: str, record: dict | None) -> tuple[RowStats, RowStats, int, float | None]:
@@ -104,7 +94,7 @@ def shard_status(directory: Path, tag: str, config: StatusConfig, window_s: floa
     record = read_progress(directory / progress_name(tag))
     summary = read_json(directory / f"summary-{tag}.json")
     every, basis, size, newest = _part_stats(directory, tag, record)
-    alive, writer = _writer(directory, tag)
+    alive, writer = describe_writer(directory / f".draftsmith.{tag}.lock")
     kinds, failed_ids, recent_failures = _failures(directory, tag, record, now - window_s)
     if record is not None and record.get("input") is not None:
         total, failed = int(record["input"]), len(failed_ids) + int(record.get("skipped_failed") or 0)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.lock import lock_holder
 
 _BLOCK = 1 << 20
 
@@ -66,3 +67,13 @@ def newest_mtime(paths: list[Path]) -> float | None:
         except OSError:
             continue
     return max(times, default=None)
+
+
+def describe_writer(lock_path: Path) -> tuple[bool | None, str]:
+    """(alive, words) for the writer recorded in a stage's lock file (read, never taken)."""
+    holder = lock_holder(lock_path)
+    if holder["pid"] is None:
+        return False, "none (no run holds the lock)"
+    if holder["alive"] is None:
+        return None, f"pid {holder['pid']} on {holder['host']} (another host: judged by its last write)"
+    return holder["alive"], f"pid {holder['pid']} on {holder['host']} " + ("alive" if holder["alive"] else "dead")

@@ -12,24 +12,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from draftsmith.core.lock import LOCK_NAME, lock_holder
+from draftsmith.core.lock import LOCK_NAME
 from draftsmith.core.manifest import read_manifest
 from draftsmith.status.config import ShardStatus, StatusSummary
-from draftsmith.status.reading import json_lines, list_directory, newest_mtime, read_json
+from draftsmith.status.reading import describe_writer, json_lines, list_directory, newest_mtime, read_json
 
 TRAIN_LOG = "train_log.jsonl"
 TRAIN_SUMMARY = "train_summary.json"
 CHECKPOINTS = "checkpoints"
 BEST_RECORD = Path("drafter-best") / "record.json"
-
-
-def _writer(lock_path: Path) -> tuple[bool | None, str]:
-    holder = lock_holder(lock_path)
-    if holder["pid"] is None:
-        return False, "none (no run holds the lock)"
-    if holder["alive"] is None:
-        return None, f"pid {holder['pid']} on {holder['host']} (another host: judged by its last write)"
-    return holder["alive"], f"pid {holder['pid']} on {holder['host']} " + ("alive" if holder["alive"] else "dead")
 
 
 def _state(alive: bool | None, finished: bool, age: float | None, stall_s: float) -> str:
@@ -75,7 +66,7 @@ def train_status(directory: Path, window_s: float, stall_s: float) -> StatusSumm
     total = last.get("total_steps") or config.get("max_steps")
     step = int(last.get("step", 0))
     rate, rate_since = _train_rates(steps, now, window_s)
-    alive, writer = _writer(directory / LOCK_NAME)
+    alive, writer = describe_writer(directory / LOCK_NAME)
     last_write = newest_mtime([log_path, directory / LOCK_NAME])
     age = None if last_write is None else round(now - last_write, 1)
     finished = (directory / TRAIN_SUMMARY).is_file() and (total is None or step >= total or not steps)
@@ -113,7 +104,7 @@ def other_status(stage: str, directory: Path, stall_s: float) -> StatusSummary:
     """tokenize, extract and export: running, finished or dead, with done/total where the stage records it."""
     now = time.time()
     lock = directory.parent / f".{directory.name}.draftsmith.lock" if stage == "export" else directory / LOCK_NAME
-    alive, writer = _writer(lock)
+    alive, writer = describe_writer(lock)
     names = list_directory(directory)
     manifest = read_manifest(directory) or {}
     done = total = None
