@@ -183,3 +183,13 @@ def test_watch_redraws_until_ctrl_c(tmp_path, prompts_file, as_json):
     assert process.returncode == 130 and "Traceback" not in stderr, stderr
     if not as_json:
         assert "draftsmith status: generate  FINISHED" in stdout and "20 / 20 (100.0%)" in stdout
+
+
+def test_a_run_the_quality_guard_stopped_is_failing(tmp_path, prompts_file):
+    prompts, out = prompts_file(120), tmp_path / "out"
+    with ServeProcess(["--echo-answer", ""]) as server:  # every answer empty: the guard stops the run
+        summary = generate(_config(prompts, out, server.url, concurrency=4))
+    assert summary.guard_tripped
+    code, view, _ = run_status(out)
+    assert (code, view["state"], view["writer_alive"]) == (1, "failing", False) and view["done"] < 120
+    assert "quality guard" in view["shards"][0]["note"]

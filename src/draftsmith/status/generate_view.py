@@ -92,7 +92,10 @@ def _rates(record: dict | None, basis: RowStats, now: float, window_s: float) ->
 
 def shard_status(directory: Path, tag: str, config: StatusConfig, window_s: float, stall_s: float, now: float) -> dict:
     record = read_progress(directory / progress_name(tag))
-    summary = read_json(directory / f"summary-{tag}.json")
+    summary_path = directory / f"summary-{tag}.json"
+    summary = read_json(summary_path)
+    if summary is not None and record is not None and summary_path.stat().st_mtime < float(record.get("started_at") or 0):
+        summary = None  # an earlier run's: what it says (its stop reason) is not about the current run
     every, basis, size, newest = _part_stats(directory, tag, record)
     alive, writer = describe_writer(directory / f".draftsmith.{tag}.lock")
     kinds, failed_ids, recent_failures = _failures(directory, tag, record, now - window_s)
@@ -119,8 +122,8 @@ def shard_status(directory: Path, tag: str, config: StatusConfig, window_s: floa
             state, note = "failing", f"quality guard: {summary.get('stopped_reason')}"
         else:
             state = "dead"
-            note = (summary or {}).get("stopped_reason") or ("killed: the writer died mid-run" if "dead" in writer
-                                                             else f"{remaining if remaining is not None else '?'} samples remain: rerun to resume")
+            left = f"{remaining if remaining is not None else '?'} samples remain: rerun to resume"
+            note = (summary or {}).get("stopped_reason") or ("killed: the writer died mid-run" if "dead" in writer else left)
     elif age is not None and age > stall_s:
         state, note = "stalled", f"no row written for {age:.0f}s"
     else:

@@ -50,7 +50,8 @@ def _settings_line(settings: dict) -> str:
     thinking = (settings.get("chat_template_kwargs") or {}).get("enable_thinking")
     if thinking is not None:
         shown.append(f"thinking {'on' if thinking else 'off'}")
-    shown += [f"{key} {value}" for key, value in settings.items() if key not in (*keys, "chat_template_kwargs", "endpoints", "extra_body")]
+    skip = (*keys, "chat_template_kwargs", "endpoints", "extra_body")
+    shown += [f"{key} {value}" for key, value in settings.items() if key not in skip]
     return "  ".join(shown) or "--"
 
 
@@ -83,7 +84,8 @@ def _disk_line(disk: dict) -> str:
 
 def _train_rows(table: Table, train: dict) -> None:
     loss = train.get("loss")
-    table.add_row("loss", "--" if loss is None else f"{loss:.4f}" + (f"  train tau {train['train_tau']:.2f}" if train.get("train_tau") is not None else ""))
+    tau = f"  train tau {train['train_tau']:.2f}" if train.get("train_tau") is not None else ""
+    table.add_row("loss", "--" if loss is None else f"{loss:.4f}{tau}")
     last_eval, best = train.get("last_eval"), train.get("drafter_best")
     table.add_row("last eval", "--" if not last_eval else f"tau {last_eval['eval_tau']:.2f} at step {last_eval['step']:,}")
     table.add_row("drafter-best", "--" if not best else f"tau {best['eval_tau']:.2f} at step {best['step']:,}")
