@@ -24,8 +24,9 @@ from draftsmith.data.run_records import RowStats, failure_kind, histogram_quanti
 from draftsmith.status.config import ShardStatus, StatusConfig, StatusSummary, worst_state
 from draftsmith.status.reading import describe_writer, json_lines, list_directory, read_json
 
+# A shard shows itself by any of its files; by its lock alone while a run is still loading its prompts.
 _SHARD_FILE = re.compile(r"^(?:generated-(s\d+of\d+)-\d+\.jsonl|failures-(s\d+of\d+)\.jsonl|summary-(s\d+of\d+)\.json|"
-                         r"progress-(s\d+of\d+)\.json)$")  # fmt: skip
+                         r"progress-(s\d+of\d+)\.json|\.draftsmith\.(s\d+of\d+)\.lock)$")  # fmt: skip
 _TAG = re.compile(r"s(\d+)of(\d+)")
 MIN_FAILURES_TO_FAIL = 5
 
