@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "draftsmith"
-STAGES = {"plan", "audit", "bench", "generate", "tokenize", "train", "evaluate", "export", "serve", "check"}
+STAGES = {"plan", "audit", "bench", "generate", "tokenize", "train", "evaluate", "export", "serve", "check", "status"}
 RANK = {
     "core": 0,
     "data": 1,

@@ -44,6 +44,7 @@ STAGE_MODULES = (
     "train",
     "evaluate",
     "export",
+    "status",
     "check",
     "serve",
     "demo",

@@ -147,7 +147,7 @@ def test_a_symlinked_shard_is_refused_before_anything_is_cut_or_written(tmp_path
     assert sorted(path.name for path in out.iterdir()) == [link.name]
 
 
-@pytest.mark.parametrize("name", ["failures-s0of1.jsonl", ".draftsmith.s0of1.lock"])
+@pytest.mark.parametrize("name", ["failures-s0of1.jsonl", ".draftsmith.s0of1.lock", "progress-s0of1.json"])
 def test_a_symlinked_state_file_is_refused_too(tmp_path, prompts_file, name):
     prompts = prompts_file(3)
     out = tmp_path / "out"

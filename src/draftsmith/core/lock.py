@@ -124,6 +124,50 @@ def _holder(text: str) -> tuple[int | None, str, str]:
     return pid, (parts[1] if len(parts) > 1 else "?"), (parts[2].strip() if len(parts) > 2 else "")
 
 
+def _flock_held(path: Path) -> bool | None:
+    """Whether some process holds a flock on `path`, from /proc/locks (None: cannot tell). Reading it
+    takes no lock, so a watcher never disturbs the writer."""
+    try:
+        inode = path.stat().st_ino
+        text = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        fields = line.split()
+        if "FLOCK" in fields and len(fields) > 5 and fields[-3].rsplit(":", 1)[-1] == str(inode):
+            return True
+    return False
+
+
+def _process_alive(pid: int) -> bool:
+    """A live process (a zombie, killed but not yet reaped by its parent, is dead)."""
+    if not _pid_alive(pid):
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
+
+
+def lock_holder(path: str | Path) -> dict:
+    """Who writes under the lock file `path`, read without taking the lock: ``{"pid", "host", "what",
+    "alive"}``; alive is True/False on this host, None for a writer on another host, and False with pid
+    None when no run holds it (a finished run empties the file; a killed one leaves its pid)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        text = ""
+    pid, host, what = _holder(text)
+    if pid is None:
+        return {"pid": None, "host": None, "what": None, "alive": False}
+    if host != socket.gethostname():
+        return {"pid": pid, "host": host, "what": what, "alive": None}
+    alive = _process_alive(pid) and _flock_held(path) is not False  # a pid reused by another process holds no flock
+    return {"pid": pid, "host": host, "what": what, "alive": alive}
+
+
 class DirectoryLock:
     """Exclusive lock on an output directory (created if missing); a context manager."""
 

@@ -25,6 +25,7 @@ from draftsmith.core.lock import lock_directory
 from draftsmith.core.manifest import check_manifest, read_manifest
 from draftsmith.core.paths import require_output_dir
 from draftsmith.core.progress import Progress
+from draftsmith.core.redact import redact_url
 from draftsmith.data.prompts import PromptSample, load_prompts
 from draftsmith.generate.config import GenerateConfig, GenerateSummary
 from draftsmith.generate.dispatch import Dispatcher
@@ -182,6 +183,11 @@ async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) 
         for fresh, checked in zip(run.dispatcher.endpoints, probe.endpoints):
             fresh.healthy, fresh.last_error = checked.healthy, checked.last_error
             fresh.down_since = None if checked.healthy else time.monotonic()
+        store.progress.begin(
+            input=len(samples), already_done=len(already_done), skipped_failed=skipped_failed, todo=len(todo),
+            settings={**config.output_settings(model), "endpoints": [redact_url(url) for url in config.endpoints],
+                      "concurrency": config.concurrency},
+        )  # fmt: skip
         store.open()
         try:
             with progress:

@@ -10,6 +10,9 @@ Layout of an output directory (several ``--shard i/N`` runs may share it):
 * ``failures-s{i}of{N}.jsonl``: ``{"id", "reason", "attempts", "endpoint", "time"}`` per sample that
   failed permanently, appended; a later successful run supersedes it (generated rows win).
 * ``summary-s{i}of{N}.json``: the last run's ``GenerateSummary`` (written atomically).
+* ``progress-s{i}of{N}.json``: the running shard's progress record (`draftsmith.data.run_records`):
+  rows, output tokens and lengths per part up to a byte offset, failures, start time, pid and host,
+  rewritten atomically every few seconds, for `draftsmith status` (which reads nothing else whole).
 
 Resume scans every ``generated-*.jsonl`` in the directory (all shards), so no sample is generated
 twice. A torn last line (a crash mid-write) is not a complete row: it is cut off the file (only
@@ -32,6 +35,7 @@ from typing import Any, TextIO
 from draftsmith.core.errors import InputError
 from draftsmith.core.io import write_json_atomic
 from draftsmith.data.generated import RowWriter, line_id
+from draftsmith.data.run_records import RowStats, progress_name, read_progress, thin_history
 from draftsmith.data.sources import GENERATED_ROW_GLOB as ROW_GLOB
 
 
@@ -72,7 +76,8 @@ MANIFEST_LOCK = ".draftsmith.manifest.lock"
 
 def own_file_names(tag: str) -> list[str]:
     """The files a shard's run writes besides its row parts (all checked by `check_own_files`)."""
-    return [f"failures-{tag}.jsonl", f"summary-{tag}.json", f".draftsmith.{tag}.lock", "manifest.json", MANIFEST_LOCK]
+    return [f"failures-{tag}.jsonl", f"summary-{tag}.json", progress_name(tag), f".draftsmith.{tag}.lock",
+            "manifest.json", MANIFEST_LOCK]  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -148,11 +153,68 @@ def read_failures(directory: Path, tag: str) -> dict[str, str]:
     return failures
 
 
+class ProgressRecord:
+    """The shard's progress record (see `draftsmith.data.run_records`): kept in memory, written atomically.
+
+    Statistics of the parts of earlier runs are carried over from the previous record (for the parts
+    still there), so the record always covers every part it knows the byte offset of."""
+
+    def __init__(self, directory: Path, tag: str, interval_s: float = 5.0):
+        import socket
+
+        self.path = directory / progress_name(tag)
+        self.interval_s = interval_s
+        previous = read_progress(self.path) or {}
+        failures_path = directory / f"failures-{tag}.jsonl"
+        failures_start = failures_path.stat().st_size if failures_path.is_file() else 0  # this run's failures follow
+        parts = {name: data for name, data in (previous.get("parts") or {}).items()
+                 if (directory / name).is_file() and (directory / name).stat().st_size >= int(data.get("bytes", 0))}
+        self.record: dict[str, Any] = {
+            "kind": "generate-progress", "version": 1, "shard": tag, "pid": os.getpid(), "host": socket.gethostname(),
+            "started_at": time.time(), "first_started_at": previous.get("first_started_at") or time.time(),
+            "updated_at": None, "last_row_at": previous.get("last_row_at"), "input": None, "already_done": None,
+            "skipped_failed": 0, "todo": None, "settings": {}, "parts": parts, "failures_start": failures_start,
+            "history": list(previous.get("history") or []),
+            "rows_at_start": sum(int(part.get("rows", 0)) for part in parts.values()),
+            "output_tokens_at_start": sum(int(part.get("output_tokens", 0)) for part in parts.values()),
+        }  # fmt: skip
+        self.stats = RowStats()
+        self._written_at = 0.0
+
+    def begin(self, **fields: Any) -> None:
+        self.record.update(fields)
+
+    def add_row(self, row: dict[str, Any]) -> None:
+        self.stats.add(row)
+        self.record["last_row_at"] = time.time()
+
+    def shard_totals(self) -> tuple[int, int]:
+        rows = sum(int(part.get("rows", 0)) for part in self.record["parts"].values())
+        tokens = sum(int(part.get("output_tokens", 0)) for part in self.record["parts"].values())
+        return rows, tokens
+
+    def write(self, rows_path: Path | None, force: bool = False) -> None:
+        """Write the record (at most every `interval_s` unless forced); the row part must be flushed."""
+        now = time.time()
+        if not force and now - self._written_at < self.interval_s:
+            return
+        self._written_at = now
+        if rows_path is not None and rows_path.exists():
+            self.record["parts"][rows_path.name] = {"bytes": rows_path.stat().st_size, **self.stats.to_dict()}
+        self.record["updated_at"] = now
+        rows, tokens = self.shard_totals()
+        history = self.record["history"]
+        if not history or history[-1][1:] != [rows, tokens] or now - history[-1][0] >= 60:
+            history.append([round(now, 3), rows, tokens])
+        self.record["history"] = thin_history(history)
+        write_json_atomic(self.path, self.record, indent=None)
+
+
 class OutputStore:
     """Writes generated rows and failures for one shard; drops a second row for the same id."""
 
     def __init__(self, directory: str | Path, shard_index: int = 0, shard_count: int = 1,
-                 fsync_interval_s: float = 1.0, log=lambda message: None):
+                 fsync_interval_s: float = 1.0, log=lambda message: None, progress_interval_s: float = 5.0):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.tag = shard_tag(shard_index, shard_count)
@@ -168,6 +230,7 @@ class OutputStore:
         """Optional callable that schedules ``flush()`` shortly (an event loop coalescing the flushes
         of the rows finished in one loop iteration into one syscall); None: flush every row at once."""
         self.failures_written = 0
+        self.progress = ProgressRecord(self.directory, self.tag, progress_interval_s)
 
     def scan(self) -> set[str]:
         """Complete rows already in the directory (any shard); also seeds the duplicate filter."""
@@ -202,6 +265,7 @@ class OutputStore:
             self.flush_soon()
         self.written.add(sample_id)
         self.rows_written += 1
+        self.progress.add_row(row)
         self._maybe_sync()
         return True
 
@@ -225,6 +289,13 @@ class OutputStore:
         if now - self._last_sync >= self.fsync_interval_s:
             self.sync()
             self._last_sync = now
+        self.write_progress()
+
+    def write_progress(self, force: bool = False) -> None:
+        """The progress record, covering the rows handed to the OS so far (every few seconds, or now)."""
+        if force or time.time() - self.progress._written_at >= self.progress.interval_s:
+            self.flush()
+            self.progress.write(self.rows_path, force=True)
 
     def sync(self) -> None:
         if self._rows is not None:
@@ -244,3 +315,5 @@ class OutputStore:
         if self._failures is not None:
             self._failures.close()
         self._rows = self._failures = None
+        if self.progress.record["input"] is not None:  # a run that began (not a scan-only store)
+            self.progress.write(self.rows_path, force=True)

@@ -436,7 +436,7 @@ class RunLog:
         """An eval point's own record in the log (`step` and the `eval_*` numbers), and its line."""
         if not self.main:
             return
-        record = {"step": step, **result}
+        record = {"step": step, **result, "time": round(time.time(), 3)}  # time: for `draftsmith status`
         self.handle.write(json.dumps(record) + "\n")
         self.handle.flush()
         self.reporter.log(step, record)
@@ -447,7 +447,8 @@ class RunLog:
         elapsed = time.perf_counter() - self.window_start
         record = {"step": state.step, "epoch": state.epoch if state.step_in_epoch else state.epoch - 1, "loss": window["loss"],
                   "lr": lr, "grad_norm": grad_norm, "tokens_per_s": self.window_tokens / max(elapsed, 1e-9),
-                  "acc_by_offset": window["acc_by_offset"], "train_tau": window["train_tau"]}  # fmt: skip
+                  "acc_by_offset": window["acc_by_offset"], "train_tau": window["train_tau"],
+                  "total_steps": self.total_steps, "time": round(time.time(), 3)}  # fmt: skip  # the last two: for `status`
         self.last_record = record
         self.window_start, self.window_tokens = time.perf_counter(), 0
         if not self.main:
