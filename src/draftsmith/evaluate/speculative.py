@@ -23,6 +23,7 @@ import torch
 from draftsmith.core.errors import DraftsmithError, InputError
 from draftsmith.core.io import dumps_json
 from draftsmith.data.prompts import generation_prompt_ids
+from draftsmith.data.thinking import choose_thinking
 from draftsmith.evaluate.prompts import Prompt, prompt_from_row, read_prompts
 from draftsmith.model import DFlashDraftModel, load_drafter
 from draftsmith.model.features import drafter_mask_line
@@ -257,6 +258,10 @@ def evaluate_drafter(
     first = next(target.parameters())
     drafter = drafter.to(device=first.device, dtype=first.dtype if drafter_from_path else None).eval()
     _check_pair(target, drafter)
+    if tokenizer is not None:
+        thinking = choose_thinking(getattr(tokenizer, "chat_template", None), {}, enable_thinking, send_default=False)
+        print(f"draftsmith: eval: {thinking.line}", file=sys.stderr)
+        enable_thinking = thinking.kwargs.get("enable_thinking")  # not passed to a template without a switch
     print(f"draftsmith: eval: {drafter_mask_line(drafter.config, tokenizer, target.get_input_embeddings().num_embeddings)}",
           file=sys.stderr)
 

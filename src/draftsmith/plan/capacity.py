@@ -238,6 +238,8 @@ class Plan(BaseModel):
     gpu_scaling: list[GpuScalingRow]
     deadline: DeadlinePlan | None = None
     storage: StorageEstimate | None = None
+    suggested_max_tokens: int | None = None  # from measured output lengths (--output-lengths)
+    suggested_max_tokens_reason: str | None = None
     warnings: list[str] = Field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -326,6 +328,7 @@ def make_plan(inputs: PlanInputs | dict[str, Any]) -> Plan:
     warnings += _length_warnings(inputs, output_mean, output_stats)
     deadline = _deadline(inputs, total_output_tokens, seconds, throughput.per_gpu_tokens_per_s, warnings)
     needed = deadline.gpus_needed if deadline else None
+    suggested, why = output_stats.suggest_max_tokens() if output_stats is not None else (None, None)
     return Plan(
         inputs=inputs.model_dump(mode="json", exclude={"output_lengths", "prompt_lengths"}),
         samples=inputs.samples,
@@ -343,6 +346,8 @@ def make_plan(inputs: PlanInputs | dict[str, Any]) -> Plan:
         gpu_scaling=_gpu_scaling(inputs, total_output_tokens, throughput, needed, deadline),
         deadline=deadline,
         storage=_storage(inputs, total_output_tokens, total_prompt_tokens, warnings),
+        suggested_max_tokens=suggested,
+        suggested_max_tokens_reason=why,
         warnings=warnings,
     )
 
