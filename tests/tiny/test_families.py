@@ -30,3 +30,17 @@ def test_family_trains_evaluates_exports_and_checks_clean(family, tmp_path):
     summary = check_export(CheckConfig(export=prepared.export_dir, target=target, parity=True))
     problems = [f.line() for f in summary.findings if f.severity in ("error", "warning")]
     assert problems == [], problems
+
+
+def test_a_scaled_embedding_feeds_the_drafter_its_bare_table_as_engines_do(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from draftsmith.model import target_embed_tokens
+
+    target = AutoModelForCausalLM.from_pretrained(build_family_target("gemma3", tmp_path / "gemma3"))
+    ids = torch.tensor([[3, 7, 11]])
+    scaled = target.get_input_embeddings()(ids)  # transformers folds Gemma's sqrt(hidden) into the module
+    table = target.get_input_embeddings().weight[ids]
+    assert not torch.allclose(scaled, table)
+    # vLLM shares the target's embed_tokens with the drafter and applies Gemma's normalizer outside it.
+    assert torch.equal(target_embed_tokens(target)(ids), table)

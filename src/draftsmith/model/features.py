@@ -119,10 +119,20 @@ def feature_definition_warning(config, where: str = "drafter") -> str | None:
 
 
 def target_embed_tokens(target_model: nn.Module) -> nn.Embedding:
-    """The target's input embedding table (the drafter embeds block tokens with it, frozen)."""
+    """The target's input embedding table (the drafter embeds block tokens with it, frozen).
+
+    The table alone, as engines embed the drafter's block: vLLM shares the target's `embed_tokens`
+    module, and a target that scales its embeddings (Gemma: x sqrt(hidden_size)) does so outside
+    it, while transformers folds the scale into the module (Gemma3TextScaledWordEmbedding). A
+    scaled module is therefore replaced by a plain lookup sharing its weight, so train, eval and
+    the offline-features path (which reads the bare table) all see what the engine feeds."""
     embedding = target_model.get_input_embeddings()
     if embedding is None:
         raise ValueError(f"{type(target_model).__name__} exposes no input embeddings")
+    if type(embedding) is not nn.Embedding and isinstance(embedding, nn.Embedding):
+        plain = nn.Embedding(embedding.num_embeddings, embedding.embedding_dim, device="meta")
+        plain.weight = embedding.weight
+        return plain
     return embedding
 
 

@@ -104,7 +104,7 @@ class DrafterTrainer:
         from draftsmith.model import DFlashDraftModel, build_drafter_config
         from draftsmith.model.block_attention import choose_attention
         from draftsmith.model.target import load_embedding_and_head, load_target_config, load_target_model
-        from draftsmith.model.features import mask_token_for
+        from draftsmith.model.features import mask_token_for, target_embed_tokens
 
         self.config, self.context, self.device, self.dataset = config, context, context.device, dataset
         compute = config.dtype if config.dtype != "auto" else ("bfloat16" if self.device.type == "cuda" else "float32")
@@ -131,7 +131,7 @@ class DrafterTrainer:
         self.target_dtype = torch_dtype(compute) if self.device.type == "cuda" else torch.float32
         if self.features is None:
             self.target = load_target_model(config.target, self.device, self.target_dtype)
-            self.embed_tokens = self.target.get_input_embeddings()
+            self.embed_tokens = target_embed_tokens(self.target)
             self.lm_head = self.target.get_output_embeddings()
             shard_target(self.target, context, config.sharding)
         else:
