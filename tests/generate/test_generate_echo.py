@@ -268,7 +268,9 @@ def test_a_target_template_without_thinking_sets_the_default_and_the_guard_adapt
         assert json.loads((out / "manifest.json").read_text())["settings"]["chat_template_kwargs"] == {}
         # The same default, or --no-thinking (which such a template ignores), resumes without --force-resume.
         assert main([*args, "--no-thinking"]) == 0
-    assert "thinking off (as asked" in " ".join(capsys.readouterr().err.split())
+        assert "thinking off (as asked" in " ".join(capsys.readouterr().err.split())
+        # Finished: a rerun sends nothing and asks no template, so it keeps the recorded mode, --target or not.
+        assert main(args[:-2]) == 0
     assert_exactly_once(out, prompts)
 
 

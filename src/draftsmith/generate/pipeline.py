@@ -111,6 +111,18 @@ async def _endpoint_template(client: ChatClient, dispatcher: Dispatcher) -> str 
     return None
 
 
+def _finished_run_thinking(config: GenerateConfig, manifest: dict | None, log) -> GenerateConfig:
+    """The thinking mode of a rerun with nothing left to send: no endpoint is asked for its template,
+    so without --target or an explicit mode the run keeps the one its manifest recorded."""
+    recorded = ((manifest or {}).get("settings") or {}).get("chat_template_kwargs")
+    if config.target is not None or "enable_thinking" in config.chat_template_kwargs or not isinstance(recorded, dict):
+        return _with_thinking_mode(config, _local_template(config), log)
+    kwargs = dict(config.chat_template_kwargs)
+    if "enable_thinking" in recorded:
+        kwargs["enable_thinking"] = recorded["enable_thinking"]
+    return config.model_copy(update={"chat_template_kwargs": kwargs})
+
+
 def _with_thinking_mode(config: GenerateConfig, template: str | None, log) -> GenerateConfig:
     """The run's config with the thinking mode chosen (printed): the kwargs sent and recorded for
     resumes, and the guard's expectation of reasoning."""
@@ -185,8 +197,8 @@ async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) 
     if not todo:
         # Nothing to send, so no endpoint names the model: check the settings against the model the
         # manifest recorded, so another --shard N (or --max-tokens ...) is refused here too.
-        config = _with_thinking_mode(config, _local_template(config), log)
         manifest = read_manifest(store.directory)
+        config = _finished_run_thinking(config, manifest, log)
         if manifest is not None:
             recorded_model = (manifest.get("settings") or {}).get("model")
             _check_output_settings(config, store, config.model or recorded_model, log)
