@@ -281,3 +281,18 @@ def test_an_engine_dying_for_good_mid_run_leaves_its_work_to_the_other(
         assert_row_captures_the_completion(row, engine, tiny_tokenizer)
     assert summary["done"] == KILL_TEST_SAMPLES
     assert summary["done"] + summary["failed"] + summary["skipped"] + summary["remaining"] == summary["input"]
+
+
+def test_the_thinking_default_reads_llama_servers_template_and_vllm_tells_none(llama_engine, vllm_engine):
+    import asyncio
+
+    from draftsmith.client.chat import ChatClient
+    from draftsmith.data.thinking import choose_thinking
+
+    async def templates():
+        async with ChatClient(connections=2, timeout_s=30) as client:
+            return await client.chat_template(llama_engine.base_url), await client.chat_template(vllm_engine.base_url)
+
+    llama, vllm = asyncio.run(templates())
+    assert choose_thinking(llama).support == "switch"  # the tiny target's template, served from its GGUF
+    assert vllm is None and choose_thinking(vllm).kwargs == {"enable_thinking": True}  # unknown: as before

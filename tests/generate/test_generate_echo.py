@@ -251,3 +251,39 @@ def test_a_row_without_a_think_block_says_none_not_empty(tmp_path, prompts_file,
         assert all(turn["reasoning_content"] for turn in turns)
     else:
         assert all(turn["reasoning_content"] is None for turn in turns)
+
+
+def test_a_target_template_without_thinking_sets_the_default_and_the_guard_adapts(tmp_path, prompts_file, capsys):
+    from draftsmith.tiny.families import build_family_target
+
+    target = build_family_target("llama3", tmp_path / "llama3")  # its template has no thinking switch
+    prompts = prompts_file(80)
+    out = tmp_path / "out"
+    with ServeProcess(["--echo-reasoning", "", "--delay", "0.005"]) as server:
+        args = ["generate", str(prompts), "-o", str(out), "-e", server.url, "--no-progress", "--concurrency", "8",
+                "--guard-min-samples", "30", "--guard-window", "50", "--target", str(target)]
+        assert main([*args, "--limit", "40"]) == 1  # 40 remain; no guard trip on answers without reasoning
+        err = " ".join(capsys.readouterr().err.split())
+        assert "thinking off (default; enable_thinking not sent)" in err and "quality guard" not in err
+        assert json.loads((out / "manifest.json").read_text())["settings"]["chat_template_kwargs"] == {}
+        # The same default, or --no-thinking (which such a template ignores), resumes without --force-resume.
+        assert main([*args, "--no-thinking"]) == 0
+        assert "thinking off (as asked" in " ".join(capsys.readouterr().err.split())
+        # Finished: a rerun sends nothing and asks no template, so it keeps the recorded mode, --target or not.
+        assert main(args[:-2]) == 0
+    assert_exactly_once(out, prompts)
+
+
+def test_answers_cut_at_max_tokens_are_warned_about_as_the_run_goes(tmp_path, prompts_file, capsys):
+    prompts = prompts_file(60)
+    with ServeProcess(["--echo-reasoning", ""]) as server:
+        code = main(["generate", str(prompts), "-o", str(tmp_path / "out"), "-e", server.url, "--no-progress",
+                     "--max-tokens", "8", "--max-length-finish", "1.0", "--max-empty-reasoning", "1.0",
+                     "--guard-min-samples", "20", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    err = " ".join(captured.err.split())
+    assert "answers hit --max-tokens 8 (finish_reason 'length')" in err and err.count("answers hit --max-tokens") == 1
+    summary = json.loads(captured.out)
+    rows = read_rows(tmp_path / "out")
+    assert summary["length_finished"] == sum(row.get("finish_reason") == "length" for row in rows) > 0

@@ -214,3 +214,14 @@ def test_per_gpu_rates_are_scaled_and_refused_as_totals():
     assert plan.rate_checks[0].agrees and plan.rate_checks[0].other_tokens_per_s == pytest.approx(1600)
     with pytest.raises(InputError, match="use --per-gpu"):
         PlanInputs(**STORY, throughput="400 tok/s/GPU")
+
+
+def test_measured_lengths_suggest_a_max_tokens():
+    censored = make_plan(PlanInputs(samples=100, output_lengths=[500] * 58 + [2048] * 42, max_tokens=2048,
+                                    throughput="100 tok/s"))
+    assert censored.suggested_max_tokens == 4096  # 42% hit the cap: their lengths are unknown, measure again
+    assert "42% of measured answers hit max_tokens=2,048" in censored.suggested_max_tokens_reason
+    fits = make_plan(PlanInputs(samples=100, output_lengths=list(range(100, 1100, 10)), max_tokens=8192,
+                                throughput="100 tok/s"))
+    assert fits.suggested_max_tokens == 1536 and "p99" in fits.suggested_max_tokens_reason  # 1080.1 * 1.25 -> 6 x 256
+    assert make_plan(PlanInputs(**STORY, throughput="1 tok/s")).suggested_max_tokens is None  # no lengths measured

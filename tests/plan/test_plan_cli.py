@@ -29,7 +29,8 @@ def test_tables_show_the_plan(capsys, tmp_path):
     out = capsys.readouterr().out
     assert code == 0
     for expected in ("Regeneration plan", "Rate cross-check", "p99", "hit max_tokens=8,192", "longest 10%",
-                     "Days to finish", "GPU scaling", "Deadline", "GPUs", "Hidden states", "online"):
+                     "Days to finish", "GPU scaling", "Deadline", "GPUs", "Hidden states", "online",
+                     "suggested --max-tokens"):
         assert expected in out, expected
 
 

@@ -208,3 +208,19 @@ def test_plan_train_prints_the_fsdp_columns(target_config):
                             capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "FSDP x8" in result.stdout and "FSDP gathered layers + LM head" in result.stdout
+
+
+def test_a_cpu_train_benchmark_planning_a_gpu_run_is_warned_about(target_config, tmp_path):
+    def plan_from(device: str, **overrides):
+        bench = tmp_path / "train_benchmark.json"
+        bench.write_text(json.dumps({
+            "kind": "draftsmith.train_benchmark", "version": 1, "mode": "online", "device": device,
+            "world_size": 1, "steps": 3, "tokens_per_s": 300.0, "samples_per_s": 0.1, "mean_tokens_per_sample": 2750.0,
+            "shapes": {"block_size": 16, "num_anchors": 512, "num_draft_layers": 5, "batch_size": 1},
+        }))
+        return make_train_plan(seed_inputs(target_config, train_bench=str(bench), **overrides))
+
+    cpu = plan_from("cpu (2 threads)")
+    assert [w for w in cpu.warnings if "ran on cpu (2 threads), but this plans a run on H200 GPUs" in w], cpu.warnings
+    assert plan_from("cuda:0 NVIDIA H200").warnings == []
+    assert [w for w in plan_from("cuda:0 NVIDIA A100-SXM4-80GB").warnings if "this plan is for H200" in w]

@@ -168,6 +168,8 @@ def test_the_manifest_records_the_template_and_its_kwargs(tmp_path, tiny_target_
         "kwargs": {"enable_thinking": True},
     }
     assert manifest["complete"] is True
+    assert "tokenize: thinking on (as asked; enable_thinking=true): the chat template has a thinking switch" in " ".join(
+        done.stderr.split())
 
 
 def test_a_broken_generation_config_of_the_tokenizer_is_one_line_and_exit_2(tmp_path, tiny_target_dir):

@@ -91,4 +91,5 @@ def test_benchmark_steps_write_a_file_plan_reads(tokenized, tiny_target_dir, tmp
                                 model_config_path=str(tiny_target_dir), train_bench=str(out / "train_benchmark.json")))
     assert plan.headline.source == "train-bench"
     assert plan.headline.wall_time.seconds == pytest.approx(1000 * 2 * data["mean_tokens_per_sample"] / (data["tokens_per_s"] * 3))
-    assert plan.warnings == []
+    # A CPU benchmark planning a run on GPUs (H100, the default) is said to be one, and nothing else is wrong.
+    assert len(plan.warnings) == 1 and "the train benchmark ran on cpu (1 threads), but this plans a run on H100" in plan.warnings[0]

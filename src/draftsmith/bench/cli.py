@@ -38,5 +38,5 @@ def register(app: typer.Typer) -> None:
 
     config_command(app, "bench", BenchConfig, bench, extras={
         "out": (Path, typer.Option(Path("bench.json"), "--out", "-o", help="Where to write the JSON for `plan`.")),
-        "thinking": (bool | None, typer.Option(None, "--thinking/--no-thinking", help="chat_template_kwargs.enable_thinking (default on).")),
+        "thinking": (bool | None, typer.Option(None, "--thinking/--no-thinking", help="chat_template_kwargs.enable_thinking (default: what the target's chat template supports).")),
     })

@@ -28,8 +28,12 @@ class BenchConfig(BaseModel):
     temperature: float | None = Field(0.6, ge=0, description="Sampling temperature (none: the server's default).")
     top_p: float | None = Field(0.95, gt=0, le=1, description="Nucleus sampling top_p (none: the server's default).")
     chat_template_kwargs: dict[str, Any] = Field(
-        default_factory=lambda: {"enable_thinking": True},
-        description="Extra chat_template_kwargs (JSON object or KEY=VALUE); --thinking sets enable_thinking.")
+        default_factory=dict,
+        description="Extra chat_template_kwargs (JSON object or KEY=VALUE); --thinking sets enable_thinking "
+        "(default: what the target's chat template supports, see --target).")
+    target: Path | None = Field(
+        None, description="Target model or tokenizer dir: its chat template decides the default thinking mode "
+        "(default: the endpoint's /props template, which llama-server serves; else thinking on).")
     extra_body: dict[str, Any] = Field(default_factory=dict, description="Extra fields of every request body.")
     stream: bool = Field(True, description="Stream (needed for TTFT).")
     split: str | None = Field(None, description="DatasetDict split of the prompts (default: train, else the only one).")

@@ -39,7 +39,9 @@ from draftsmith.client.chat import (
     chat_payload,
     normalize_base_url,
 )
+from draftsmith.core.paths import require_dir
 from draftsmith.data.prompts import load_prompts
+from draftsmith.data.thinking import choose_thinking, read_chat_template
 from draftsmith.core.asyncrun import run_async
 
 @dataclass
@@ -165,8 +167,12 @@ async def arun_bench(config: BenchConfig, log: Callable[[str], None] = lambda me
             log(f"recording the engine's running batch and cache usage from {redact_url(base)}/metrics")
         model = config.model or model
         engine = config.engine or owner
+        template = read_chat_template(require_dir(config.target, "--target")) if config.target else \
+            await client.chat_template(base)
+        thinking = choose_thinking(template, config.chat_template_kwargs)
+        log(thinking.line)
         payload = chat_payload(model, config.max_tokens, stream=config.stream, temperature=config.temperature,
-                               top_p=config.top_p, chat_template_kwargs=config.chat_template_kwargs,
+                               top_p=config.top_p, chat_template_kwargs=thinking.kwargs,
                                extra_body=config.extra_body)
         cursor = 0
         errors = 0

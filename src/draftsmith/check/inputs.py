@@ -6,6 +6,7 @@ only the few target tensors a comparison needs are loaded.
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -92,7 +93,9 @@ class ExportView:
         """The config as transformers (and so the reference and SGLang) parse it."""
         from transformers import Qwen3Config
 
-        return Qwen3Config.from_dict(self.raw)
+        # transformers standardises RoPE in the dict it is given (a llama3 `rope_scaling` gains
+        # `rope_theta`): parse a copy so the legacy keys are checked as the file has them.
+        return Qwen3Config.from_dict(copy.deepcopy(self.raw))
 
     def tensor(self, names: tuple[str, ...]):
         return _load_tensor(self.files, names)

@@ -88,31 +88,39 @@ def check_feature_definition(export: ExportView, target: TargetView, config: Che
 
 def check_mask_token(export: ExportView, target: TargetView, config: CheckConfig) -> list[Finding]:
     from draftsmith.model.config import MASK_TOKEN
+    from draftsmith.model.features import choose_mask_token, mask_token_id
 
     mask = export.value("mask_token_id")
     vocab = int(target.config.vocab_size)
     if not isinstance(mask, int) or isinstance(mask, bool) or not 0 <= mask < vocab:
         return [_finding("mask", "dflash_config.mask_token_id", mask,
                          f"an id inside the target's embedding table (0..{vocab - 1})",
-                         "set it to the target tokenizer's <|MASK|> id (draftsmith.model.ensure_mask_token)")]
+                         "retrain: draftsmith train chooses one from the target (draftsmith.model.choose_mask_token)")]
     tokenizer = target.tokenizer
     if tokenizer is None:
         return [_finding("mask", "dflash_config.mask_token_id", mask, f"{MASK_TOKEN} of the target tokenizer",
                          "the target has no tokenizer to confirm it; add one", "warning")]
-    from draftsmith.model.features import mask_token_id
-
+    shown = tokenizer.convert_ids_to_tokens(mask) if mask < len(tokenizer) else None
+    recorded = export.flash.get("mask_token", shown) if "mask_token_source" in export.flash else shown
     expected = mask_token_id(tokenizer)
     if expected is not None and expected != mask:
-        shown = tokenizer.convert_ids_to_tokens(mask) if mask < len(tokenizer) else "an untrained row"
-        return [_finding("mask", "dflash_config.mask_token_id", f"{mask} ({shown!r})",
+        return [_finding("mask", "dflash_config.mask_token_id", f"{mask} ({shown or 'an untrained row'!r})",
                          f"{expected} ({MASK_TOKEN} in the target tokenizer)",
                          f"set dflash_config.mask_token_id to {expected}, the id the drafter was trained with")]
-    if expected is None and mask < len(tokenizer):
-        token = tokenizer.convert_ids_to_tokens(mask)
-        return [_finding("mask", "dflash_config.mask_token_id", f"{mask} ({token!r}, a real token)",
-                         f"{MASK_TOKEN} (absent from the target tokenizer) or a padded row >= {len(tokenizer)}",
-                         "train with a dedicated mask token (ensure_mask_token)", "warning")]
-    return []
+    if recorded != shown:  # the tokenizer changed under the drafter: its MASK is now another token
+        return [_finding("mask", "dflash_config.mask_token", f"{recorded!r} at id {mask} when trained",
+                         f"{shown!r} (id {mask} in the target tokenizer)",
+                         "the target's tokenizer differs from the training one; serve the target it was trained on")]
+    choice = choose_mask_token(tokenizer, vocab)
+    if choice is not None and choice.token_id == mask:
+        return []
+    if export.flash.get("mask_token_source") == "override" or shown is None or mask in tokenizer.added_tokens_decoder:
+        return [_finding("mask", "dflash_config.mask_token_id", f"{mask} ({shown or 'a padding row'!r})",
+                         f"{choice.describe() if choice else 'no safe default'} (draftsmith's choice)",
+                         "fine when trained with --mask-token-id on purpose", "note")]
+    return [_finding("mask", "dflash_config.mask_token_id", f"{mask} ({shown!r}, a real token)",
+                     choice.describe() if choice else f"{MASK_TOKEN} or a padded row >= {len(tokenizer)}",
+                     "retrain with draftsmith's default mask token (leave --mask-token-id unset)", "warning")]
 
 
 def _max_diff(a, b) -> float:
@@ -157,7 +165,9 @@ def check_heads(export: ExportView, target: TargetView, config: CheckConfig) -> 
 
 
 def _rope(config) -> dict[str, Any]:
-    params = dict(getattr(config, "rope_parameters", None) or {})
+    from draftsmith.model.config import target_rope_parameters
+
+    params = target_rope_parameters(config)
     if "rope_theta" not in params and getattr(config, "rope_theta", None) is not None:
         params["rope_theta"] = config.rope_theta
     params.setdefault("rope_type", "default")

@@ -448,6 +448,16 @@ class ChatClient:
         except json.JSONDecodeError:
             return status, None
 
+    async def chat_template(self, base_url: str) -> str | None:
+        """The chat template an endpoint reports: llama-server's `/props`; None where none is told
+        (vLLM, SGLang) or the endpoint cannot be reached."""
+        try:
+            status, body = await self.get_json(base_url.rstrip("/") + "/props")
+        except EndpointConnectionError:
+            return None
+        template = body.get("chat_template") if status == 200 and isinstance(body, dict) else None
+        return template if isinstance(template, str) and template else None
+
     async def _post(self, url: str, data: bytes) -> aiohttp.ClientResponse:
         """POST, resending on a fresh connection when a pooled one turns out to be closed.
 

@@ -11,6 +11,7 @@ decoding of the target, up to floating-point differences between a 1-token and a
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -22,8 +23,10 @@ import torch
 from draftsmith.core.errors import DraftsmithError, InputError
 from draftsmith.core.io import dumps_json
 from draftsmith.data.prompts import generation_prompt_ids
+from draftsmith.data.thinking import choose_thinking
 from draftsmith.evaluate.prompts import Prompt, prompt_from_row, read_prompts
 from draftsmith.model import DFlashDraftModel, load_drafter
+from draftsmith.model.features import drafter_mask_line
 from draftsmith.model.target import load_target_model
 from draftsmith.model.speculative import (  # noqa: F401  (re-exported: draftsmith.evaluate's public names)
     DecodeResult,
@@ -255,6 +258,12 @@ def evaluate_drafter(
     first = next(target.parameters())
     drafter = drafter.to(device=first.device, dtype=first.dtype if drafter_from_path else None).eval()
     _check_pair(target, drafter)
+    if tokenizer is not None:
+        thinking = choose_thinking(getattr(tokenizer, "chat_template", None), {}, enable_thinking, send_default=False)
+        print(f"draftsmith: eval: {thinking.line}", file=sys.stderr)
+        enable_thinking = thinking.kwargs.get("enable_thinking")  # not passed to a template without a switch
+    print(f"draftsmith: eval: {drafter_mask_line(drafter.config, tokenizer, target.get_input_embeddings().num_embeddings)}",
+          file=sys.stderr)
 
     encoded = _encode_prompts(list(prompts)[:limit] if limit else list(prompts), tokenizer, enable_thinking)
     run = _Run(

@@ -132,6 +132,16 @@ def _template_line(flash: dict) -> str:
             "with the same template and chat_template_kwargs (`draftsmith check` warns when they differ)")
 
 
+def _mask_words(flash: dict) -> str:
+    """What the mask id is in the target's vocabulary, as train recorded its choice."""
+    source, token = flash.get("mask_token_source"), flash.get("mask_token")
+    if source is None:
+        return "`<|MASK|>` in the target tokenizer"
+    if token is None:
+        return f"an embedding row past the target tokenizer's vocabulary ({source})"
+    return f"`{token}` in the target tokenizer ({source})"
+
+
 def _model_card(config, dtype: str) -> str:
     flash = config.dflash_config
     commands = serving_commands(config)
@@ -140,7 +150,7 @@ def _model_card(config, dtype: str) -> str:
 - block size {config.block_size}, {config.num_hidden_layers} draft layers, hidden {config.hidden_size}
 - target: {config.num_target_layers} layers; features from target layers {flash["target_layer_ids"]}
   (each layer's output before the target's final norm, as vLLM and SGLang compute it)
-- mask token id {flash["mask_token_id"]} (`<|MASK|>` in the target tokenizer); weights {dtype}
+- mask token id {flash["mask_token_id"]} ({_mask_words(flash)}); weights {dtype}
 - no embedding or lm_head: the target's are used
 {_template_line(flash)}
 

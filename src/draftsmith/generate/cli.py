@@ -33,10 +33,8 @@ def generate(config, shard: str | None = None, thinking: bool | None = None, sum
 
     if shard is not None:
         config.shard_index, config.shard_count = parse_shard(shard)
-    kwargs = dict(config.chat_template_kwargs)
-    if thinking is not None:
-        kwargs["enable_thinking"] = thinking
-    config.chat_template_kwargs = {"enable_thinking": True, **kwargs}
+    if thinking is not None:  # else the pipeline follows the target's chat template
+        config.chat_template_kwargs = {**config.chat_template_kwargs, "enable_thinking": thinking}
     summary = run_generate(config)
     console = Console(stderr=True)
     summary.render(console)
@@ -56,6 +54,6 @@ def register(app: typer.Typer) -> None:
 
     config_command(app, "generate", GenerateConfig, generate, extras={
         "shard": (str | None, typer.Option(None, help="Process shard i of N (by a stable hash of the sample id), e.g. 0/4.")),
-        "thinking": (bool | None, typer.Option(None, "--thinking/--no-thinking", help="chat_template_kwargs.enable_thinking (default on).")),
+        "thinking": (bool | None, typer.Option(None, "--thinking/--no-thinking", help="chat_template_kwargs.enable_thinking (default: what the target's chat template supports).")),
         "summary_json": (bool, typer.Option(False, "--json", help="Print the summary as JSON on stdout.")),
     })

@@ -36,6 +36,9 @@ class GuardConfig(BaseModel):
     max_length_finish: Annotated[Share, cli("--max-length-finish")] = Field(
         0.3, description="stop above this share of finish_reason 'length'"
     )
+    warn_length_finish: Annotated[Share, cli("--warn-length-finish")] = Field(
+        0.05, description="warn (once, as the run goes) above this share of finish_reason 'length'"
+    )
     expect_reasoning: Annotated[bool, cli(hidden=True)] = Field(
         True, description="False when thinking is disabled: empty reasoning is then expected"
     )
@@ -46,7 +49,7 @@ class GenerateConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
     cli_panels: ClassVar[dict[str, tuple[str, ...]]] = {
-        "Sampling": ("model", "max_tokens", "temperature", "top_p", "seed", "chat_template_kwargs", "extra_body",
+        "Sampling": ("model", "target", "max_tokens", "temperature", "top_p", "seed", "chat_template_kwargs", "extra_body",
                      "return_token_ids"),  # fmt: skip
         "Endpoints and retries": ("endpoints", "api_key", "concurrency", "stream", "max_retries", "backoff_base_s",
                                   "backoff_max_s", "request_timeout_s", "health_interval_s", "health_timeout_s",
@@ -70,8 +73,13 @@ class GenerateConfig(BaseModel):
     top_p: float | None = Field(0.95, description="nucleus sampling (0, 1]")
     seed: int | None = Field(None, description="sampling seed sent to the engine")
     chat_template_kwargs: dict[str, Any] = Field(
-        default_factory=lambda: {"enable_thinking": True},
-        description="extra chat_template_kwargs (JSON object or KEY=VALUE); --thinking sets enable_thinking",
+        default_factory=dict,
+        description="extra chat_template_kwargs (JSON object or KEY=VALUE); --thinking sets enable_thinking "
+        "(default: what the target's chat template supports, see --target)",
+    )
+    target: Path | None = Field(
+        None, description="the target model or tokenizer directory: its chat template decides the default thinking "
+        "mode (default: the endpoint's /props template, which llama-server serves; else thinking on)",
     )
     extra_body: dict[str, Any] = Field(
         default_factory=dict, description='extra request fields passed through as they are (e.g. {"top_k": 20})'
@@ -154,6 +162,7 @@ class GenerateSummary:
     failures_file: str | None = None
     model: str | None = None
     endpoints: list[dict[str, Any]] = field(default_factory=list)
+    length_finished: int = 0  # rows of this run cut off at max_tokens (finish_reason 'length')
     on_disk: int | None = None  # this shard's samples found in the output directory after the run (rescanned)
     duplicates_on_disk: int | None = None  # rows beyond the first for any id of this shard (must be 0)
 
@@ -211,6 +220,9 @@ class GenerateSummary:
             table.add_row("rows on disk (this shard)", f"{self.on_disk:,}, duplicates {self.duplicates_on_disk or 0}")
         table.add_row("retries / requeued", f"{self.retries:,} / {self.requeued:,}")
         table.add_row("output tokens", f"{self.output_tokens:,} ({self.output_tokens_per_s:,.0f} tok/s)")
+        if self.done:
+            table.add_row("hit max_tokens", f"{self.length_finished:,} ({self.length_finished / self.done:.0%} of done; "
+                          "tokenize drops or trains on them cut off)")
         table.add_row("elapsed", f"{self.elapsed_s:,.1f}s")
         if self.rows_file:
             table.add_row("rows", self.rows_file)

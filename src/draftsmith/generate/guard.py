@@ -50,6 +50,8 @@ class QualityGuard:
         self.answers: Counter[str] = Counter()
         self.empty_answer = self.empty_reasoning = self.length = 0
         self.seen = 0
+        self.length_total = 0  # every row cut off at max_tokens, not only the window's
+        self.length_warned = False
         self.trip: GuardTrip | None = None
         self._check_every = max(1, min(10, size // 20))
 
@@ -70,12 +72,26 @@ class QualityGuard:
         self.length += entry[3]
         self.answers[entry[2]] += 1
         self.seen += 1
+        self.length_total += entry[3]
         # Checking costs O(window) (the most common answer); every few rows is soon enough.
         due = self.seen == self.config.min_samples or self.seen % self._check_every == 0
         if self.trip is None and self.config.enabled and self.seen >= self.config.min_samples and due:
             self.trip = self._check()
             return self.trip
         return None
+
+    def length_warning(self, max_tokens: int) -> str | None:
+        """Once, when the share of answers cut off at max_tokens passes `warn_length_finish` (after
+        `min_samples` rows, or the whole window when smaller): the run goes on, but those rows are
+        lost or truncated downstream, so it is said while there is time to raise the cap."""
+        seen_enough = self.seen >= min(self.config.min_samples, self.config.window)
+        share = self.length / max(1, len(self._rows))
+        if self.length_warned or not seen_enough or share <= self.config.warn_length_finish:
+            return None
+        self.length_warned = True
+        return (f"warning: {share:.0%} of the last {len(self._rows)} answers hit --max-tokens {max_tokens} "
+                f"(finish_reason 'length'); tokenize drops or truncates them: raise --max-tokens "
+                f"(`draftsmith plan --output-lengths` suggests one from measured lengths)")
 
     def shares(self) -> dict[str, float]:
         count = max(1, len(self._rows))

@@ -27,6 +27,7 @@ from draftsmith.core.paths import require_output_dir
 from draftsmith.core.progress import Progress
 from draftsmith.core.redact import redact_url
 from draftsmith.data.prompts import PromptSample, load_prompts
+from draftsmith.data.thinking import choose_thinking, read_chat_template
 from draftsmith.generate.config import GenerateConfig, GenerateSummary
 from draftsmith.generate.dispatch import Dispatcher
 from draftsmith.generate.guard import QualityGuard
@@ -94,6 +95,46 @@ async def _discover_model(client: ChatClient, dispatcher: Dispatcher) -> str:
     raise DraftsmithError("could not read a model name from /v1/models; pass --model NAME")
 
 
+def _local_template(config: GenerateConfig) -> str | None:
+    if config.target is None:
+        return None
+    from draftsmith.core.paths import require_dir
+
+    return read_chat_template(require_dir(config.target, "--target"))
+
+
+async def _endpoint_template(client: ChatClient, dispatcher: Dispatcher) -> str | None:
+    for endpoint in dispatcher.endpoints:
+        if endpoint.healthy:
+            template = await client.chat_template(endpoint.url)
+            if template is not None:
+                return template
+    return None
+
+
+def _finished_run_thinking(config: GenerateConfig, manifest: dict | None, log) -> GenerateConfig:
+    """The thinking mode of a rerun with nothing left to send: no endpoint is asked for its template,
+    so without --target or an explicit mode the run keeps the one its manifest recorded."""
+    recorded = ((manifest or {}).get("settings") or {}).get("chat_template_kwargs")
+    if config.target is not None or "enable_thinking" in config.chat_template_kwargs or not isinstance(recorded, dict):
+        return _with_thinking_mode(config, _local_template(config), log)
+    kwargs = dict(config.chat_template_kwargs)
+    if "enable_thinking" in recorded:
+        kwargs["enable_thinking"] = recorded["enable_thinking"]
+    return config.model_copy(update={"chat_template_kwargs": kwargs})
+
+
+def _with_thinking_mode(config: GenerateConfig, template: str | None, log) -> GenerateConfig:
+    """The run's config with the thinking mode chosen (printed): the kwargs sent and recorded for
+    resumes, and the guard's expectation of reasoning."""
+    mode = choose_thinking(template, config.chat_template_kwargs)
+    log(mode.line)
+    guard = config.guard
+    if guard.expect_reasoning and not mode.expect_reasoning:
+        guard = guard.model_copy(update={"expect_reasoning": False})
+    return config.model_copy(update={"chat_template_kwargs": mode.kwargs, "guard": guard})
+
+
 async def agenerate(config: GenerateConfig, log: Callable[[str], None] | None = None) -> GenerateSummary:
     """Run generation (async). Returns the summary; raises ``InputError`` for bad input.
 
@@ -158,6 +199,7 @@ async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) 
         # Nothing to send, so no endpoint names the model: check the settings against the model the
         # manifest recorded, so another --shard N (or --max-tokens ...) is refused here too.
         manifest = read_manifest(store.directory)
+        config = _finished_run_thinking(config, manifest, log)
         if manifest is not None:
             recorded_model = (manifest.get("settings") or {}).get("model")
             _check_output_settings(config, store, config.model or recorded_model, log)
@@ -165,10 +207,6 @@ async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) 
         store.write_summary(summary.to_dict())
         return summary
 
-    guard_config = config.guard
-    if config.chat_template_kwargs.get("enable_thinking") is False and guard_config.expect_reasoning:
-        guard_config = guard_config.model_copy(update={"expect_reasoning": False})
-    guard = QualityGuard(guard_config)
     progress = Progress("generate", len(todo), unit="samples", token_unit="out tok", enabled=config.progress,
                         console=console)
     connections = config.concurrency * len(config.endpoints) + 8
@@ -178,7 +216,10 @@ async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) 
                            log=log)
         await _wait_for_endpoints(probe, config.endpoint_wait_s, log)
         model = config.model or await _discover_model(client, probe)
+        template = _local_template(config)
+        config = _with_thinking_mode(config, template if config.target else await _endpoint_template(client, probe), log)
         _check_output_settings(config, store, model, log)
+        guard = QualityGuard(config.guard)
         run = GenerationRun(config, client, store, model, progress, guard, log)
         for fresh, checked in zip(run.dispatcher.endpoints, probe.endpoints):
             fresh.healthy, fresh.last_error = checked.healthy, checked.last_error
@@ -201,6 +242,7 @@ async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) 
             summary.retries = run.retries
             summary.requeued = run.requeued
             summary.output_tokens = run.output_tokens
+            summary.length_finished = guard.length_total
             summary.elapsed_s = round(elapsed, 3)
             summary.output_tokens_per_s = round(run.output_tokens / elapsed, 2) if elapsed > 0 else 0.0
             summary.stopped_reason = run.stop_reason

@@ -248,6 +248,9 @@ class GenerationRun:
         self.progress.advance(1, tokens=tokens)
         self._resolved(sample)
         trip = self.guard.observe(result.content, result.reasoning, result.finish_reason)
+        warning = self.guard.length_warning(self.config.max_tokens)
+        if warning is not None:
+            self.log(warning)
         if trip is not None and not self.stopping:
             self.guard_tripped = True
             self._stop(trip.message() + f" -- stopped after {self.done} rows; the rows so far are kept")

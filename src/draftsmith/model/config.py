@@ -126,6 +126,20 @@ def resolve_layer_ids(target_config, num_features: int, target_layer_ids: list[i
     return layer_ids
 
 
+def target_rope_parameters(text_config) -> dict[str, Any]:
+    """The RoPE settings a drafter copies from its target: its full-attention layers' when the target
+    keeps one set per layer type (Gemma 3: `rope_parameters = {"full_attention": ..., "sliding_attention": ...}`),
+    since the drafter's layers are full attention; legacy `rope_theta` when there is no `rope_parameters`."""
+    params = getattr(text_config, "rope_parameters", None)
+    if isinstance(params, dict) and params and all(isinstance(v, dict) for v in params.values()):
+        if "full_attention" not in params:
+            raise InputError(f"the target's rope_parameters has no full_attention entry (found {sorted(params)})")
+        params = params["full_attention"]
+    if not params:
+        params = {"rope_type": "default", "rope_theta": float(getattr(text_config, "rope_theta", 10000.0))}
+    return dict(params)
+
+
 def build_drafter_config(
     target_config: PretrainedConfig,
     num_draft_layers: int = DEFAULT_NUM_DRAFT_LAYERS,
@@ -171,9 +185,7 @@ def build_drafter_config(
         fields["head_dim"] = text_config.hidden_size // text_config.num_attention_heads
     if fields.get("num_key_value_heads") is None:
         fields["num_key_value_heads"] = text_config.num_attention_heads
-    if "rope_parameters" not in fields or fields["rope_parameters"] is None:
-        theta = getattr(text_config, "rope_theta", 10000.0)
-        fields["rope_parameters"] = {"rope_type": "default", "rope_theta": float(theta)}
+    fields["rope_parameters"] = target_rope_parameters(text_config)
     if intermediate_size is not None:
         fields["intermediate_size"] = int(intermediate_size)
     for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
@@ -187,7 +199,9 @@ def build_drafter_config(
         use_sliding_window=False,
         sliding_window=None,
         max_window_layers=int(num_draft_layers),
-        tie_word_embeddings=False,
+        # The drafter ships no head; engines build it from the target's, so this mirrors the target's
+        # (a tied target's head IS its embedding table; `check` flags a drafter that says otherwise).
+        tie_word_embeddings=bool(getattr(text_config, "tie_word_embeddings", False)),
         block_size=int(block_size),
         num_target_layers=num_target_layers,
         dflash_config={

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -117,10 +119,20 @@ def feature_definition_warning(config, where: str = "drafter") -> str | None:
 
 
 def target_embed_tokens(target_model: nn.Module) -> nn.Embedding:
-    """The target's input embedding table (the drafter embeds block tokens with it, frozen)."""
+    """The target's input embedding table (the drafter embeds block tokens with it, frozen).
+
+    The table alone, as engines embed the drafter's block: vLLM shares the target's `embed_tokens`
+    module, and a target that scales its embeddings (Gemma: x sqrt(hidden_size)) does so outside
+    it, while transformers folds the scale into the module (Gemma3TextScaledWordEmbedding). A
+    scaled module is therefore replaced by a plain lookup sharing its weight, so train, eval and
+    the offline-features path (which reads the bare table) all see what the engine feeds."""
     embedding = target_model.get_input_embeddings()
     if embedding is None:
         raise ValueError(f"{type(target_model).__name__} exposes no input embeddings")
+    if type(embedding) is not nn.Embedding and isinstance(embedding, nn.Embedding):
+        plain = nn.Embedding(embedding.num_embeddings, embedding.embedding_dim, device="meta")
+        plain.weight = embedding.weight
+        return plain
     return embedding
 
 
@@ -150,19 +162,132 @@ def mask_token_id(tokenizer) -> int | None:
     return int(token_id)
 
 
-def mask_token_id_for(target_dir) -> int:
-    """The <|MASK|> id of a target directory's tokenizer; a target without one is named, with the fix."""
+# Added tokens a tokenizer reserves and no text or chat template produces: Llama 3's
+# <|reserved_special_token_N|>, Gemma's <unusedN>, Mistral's [control_N], Qwen-style <|reserved...|>.
+_RESERVED_TOKEN = re.compile(r"reserved|unused|^\[control_\d+\]$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class MaskChoice:
+    """The mask token a drafter's blocks use: its id, its text (None for a row past the tokenizer),
+    and why it was chosen. The one rule train, extract, eval, export and check all follow."""
+
+    token_id: int
+    token: str | None
+    source: str  # "mask_token", "padding_row", "reserved_token", "pad_token" or "override"
+
+    def describe(self) -> str:
+        how = {
+            "mask_token": f"the tokenizer's {MASK_TOKEN}",
+            "padding_row": "the first embedding row past the tokenizer's vocabulary (no text maps to it)",
+            "reserved_token": "an unused reserved token of the tokenizer",
+            "pad_token": "the tokenizer's pad token (distinct from eos, unused by the chat template)",
+            "override": "--mask-token-id",
+        }[self.source]
+        shown = f" {self.token!r}" if self.token is not None else ""
+        return f"mask token id {self.token_id}{shown}: {how}"
+
+    def record(self) -> dict:
+        """What the export's dflash_config records beside mask_token_id (engines ignore it)."""
+        return {"mask_token": self.token, "mask_token_source": self.source}
+
+
+def _template_text(tokenizer) -> str:
+    template = getattr(tokenizer, "chat_template", None) or ""
+    return "\n".join(template.values()) if isinstance(template, dict) else str(template)
+
+
+def _role_token_ids(tokenizer) -> set[int]:
+    ids = set()
+    for name in ("bos_token_id", "eos_token_id", "unk_token_id", "pad_token_id", "sep_token_id", "cls_token_id"):
+        value = getattr(tokenizer, name, None)
+        ids.update(value if isinstance(value, list) else [] if value is None else [value])
+    return {int(i) for i in ids}
+
+
+def choose_mask_token(tokenizer, embedding_rows: int) -> MaskChoice | None:
+    """The mask token of a target whose tokenizer is `tokenizer` and embedding table has
+    `embedding_rows` rows, or None when no id is safe (then --mask-token-id must name one).
+
+    In order: the tokenizer's own `<|MASK|>`; the first padding row past the tokenizer (Qwen3:
+    151,669 tokens, 151,936 rows -> 151669, the id the published DFlash drafters use); the
+    highest-numbered unused reserved token (Llama 3's <|reserved_special_token_247|>, Gemma's
+    <unused..>, Mistral's [control_N]); a pad token that is neither eos nor in the chat template.
+    Never a token that text, a role or the template can produce: the drafter's MASK must not
+    look like a token it is asked to predict.
+    """
+    existing = mask_token_id(tokenizer)
+    if existing is not None and existing < embedding_rows:
+        return MaskChoice(existing, MASK_TOKEN, "mask_token")
+    vocabulary = len(tokenizer)
+    if vocabulary < embedding_rows:
+        return MaskChoice(vocabulary, None, "padding_row")
+    template, roles = _template_text(tokenizer), _role_token_ids(tokenizer)
+    reserved = [
+        (int(token_id), added.content)
+        for token_id, added in getattr(tokenizer, "added_tokens_decoder", {}).items()
+        if _RESERVED_TOKEN.search(added.content) and int(token_id) < embedding_rows
+        and int(token_id) not in roles and added.content not in template
+    ]
+    if reserved:
+        token_id, token = max(reserved)
+        return MaskChoice(token_id, token, "reserved_token")
+    pad = getattr(tokenizer, "pad_token_id", None)
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if (pad is not None and pad != eos and pad < embedding_rows and tokenizer.pad_token not in template
+            and pad not in {getattr(tokenizer, "bos_token_id", None), getattr(tokenizer, "unk_token_id", None)}):
+        return MaskChoice(int(pad), tokenizer.pad_token, "pad_token")
+    return None
+
+
+def override_mask_token(tokenizer, token_id: int) -> MaskChoice:
+    """A --mask-token-id given by hand, with its text when the tokenizer has one."""
+    token = tokenizer.convert_ids_to_tokens(int(token_id)) if tokenizer is not None and token_id < len(tokenizer) else None
+    return MaskChoice(int(token_id), token, "override")
+
+
+def mask_token_for(target_dir, override: int | None = None) -> MaskChoice:
+    """The mask token of a target directory (or `override`), printed to stderr; a target with no
+    safe id is named, with the fix."""
+    import sys
+
     from transformers import AutoTokenizer
 
     from draftsmith.core.errors import InputError
+    from draftsmith.model.target import load_target_config
 
-    token_id = mask_token_id(AutoTokenizer.from_pretrained(target_dir))
-    if token_id is None:
+    tokenizer = AutoTokenizer.from_pretrained(target_dir)
+    rows = int(load_target_config(target_dir).get_text_config().vocab_size)
+    if override is not None:
+        if not 0 <= override < rows:
+            raise InputError(f"--mask-token-id {override} is outside the target's vocabulary of {rows} (ids 0..{rows - 1})")
+        choice = override_mask_token(tokenizer, override)
+    else:
+        choice = choose_mask_token(tokenizer, rows)
+    if choice is None:
         raise InputError(
-            f"{target_dir}: the tokenizer has no <|MASK|> token; add one (DFlash blocks are "
-            "[anchor, MASK x (B-1)], see draftsmith.model.ensure_mask_token) or pass --mask-token-id"
+            f"{target_dir}: no safe mask token (no {MASK_TOKEN}, no embedding row past the tokenizer's "
+            f"{len(tokenizer)} tokens, no unused reserved token, no pad token apart from eos); pass --mask-token-id"
         )
-    return token_id
+    print(f"draftsmith: {choice.describe()}", file=sys.stderr)
+    return choice
+
+
+def drafter_mask_line(drafter_config, tokenizer, embedding_rows: int) -> str:
+    """One line on a trained drafter's mask id against the target's default choice (eval prints it)."""
+    flash = getattr(drafter_config, "dflash_config", None) or {}
+    mask = int(flash["mask_token_id"])
+    choice = choose_mask_token(tokenizer, embedding_rows) if tokenizer is not None else None
+    if choice is not None and choice.token_id == mask:
+        return choice.describe()
+    source = flash.get("mask_token_source", "not recorded")
+    return (f"mask token id {mask} ({source}); the target's default would be "
+            f"{choice.token_id if choice else 'none'}: the drafter keeps the id it was trained with")
+
+
+def mask_token_id_for(target_dir) -> int:
+    """The mask token id of a target directory's tokenizer (see `choose_mask_token`)."""
+    return mask_token_for(target_dir).token_id
 
 
 def ensure_mask_token(tokenizer, target_model: nn.Module | None = None) -> int:

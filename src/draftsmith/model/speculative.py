@@ -44,6 +44,12 @@ def stop_set(stop_token_ids: Sequence[int] | None) -> set[int]:
 
 
 def _new_cache(config) -> DynamicCache:
+    # A sliding-window target (Gemma 3, Mistral v0.1) gets full-length layers: transformers' sliding
+    # layers keep only the window and cannot be cropped back after rejected drafts. The window is
+    # still applied, by the attention mask the model builds from positions.
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if "sliding_attention" in (getattr(text, "layer_types", None) or []) or getattr(text, "sliding_window", None):
+        return DynamicCache()
     return DynamicCache(config=config)
 
 

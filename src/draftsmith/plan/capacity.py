@@ -250,6 +250,8 @@ class Plan(BaseModel):
     deadline: DeadlinePlan | None = None
     storage: StorageEstimate | None = None
     ceiling: dict[str, Any] | None = None  # `plan engine`'s ceiling, days and measured share (with --gpu and --model-config)
+    suggested_max_tokens: int | None = None  # from measured output lengths (--output-lengths)
+    suggested_max_tokens_reason: str | None = None
     warnings: list[str] = Field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -339,6 +341,7 @@ def make_plan(inputs: PlanInputs | dict[str, Any]) -> Plan:
     deadline = _deadline(inputs, total_output_tokens, seconds, throughput.per_gpu_tokens_per_s, warnings)
     needed = deadline.gpus_needed if deadline else None
     ceiling = _ceiling(inputs, output_mean, prompt_mean, throughput, warnings)
+    suggested, why = output_stats.suggest_max_tokens() if output_stats is not None else (None, None)
     return Plan(
         inputs=inputs.model_dump(mode="json", exclude={"output_lengths", "prompt_lengths"}),
         samples=inputs.samples,
@@ -357,6 +360,8 @@ def make_plan(inputs: PlanInputs | dict[str, Any]) -> Plan:
         deadline=deadline,
         storage=_storage(inputs, total_output_tokens, total_prompt_tokens, warnings),
         ceiling=ceiling,
+        suggested_max_tokens=suggested,
+        suggested_max_tokens_reason=why,
         warnings=warnings,
     )
 

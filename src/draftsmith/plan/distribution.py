@@ -25,6 +25,10 @@ _JSONL_SUFFIXES = {".jsonl", ".ndjson", ".json"}
 _ARROW_SUFFIXES = {".arrow", ".feather"}
 
 
+# A share of answers at the cap above which measured lengths say little about the true ones.
+CENSORED_SHARE = 0.05
+
+
 class LengthStats(BaseModel):
     """Summary of a length distribution after the optional `max_tokens` cap."""
 
@@ -41,6 +45,19 @@ class LengthStats(BaseModel):
     mean_before_cap: float | None = None
     tail_fraction: float = TAIL_FRACTION
     tail_token_share: float  # share of all tokens, hence of decode time, in the longest tail_fraction
+
+    def suggest_max_tokens(self) -> tuple[int, str]:
+        """A --max-tokens for the real run from these measured output lengths, and why.
+
+        Lengths measured under a cap that many answers hit are censored (their true length is
+        unknown), so the suggestion then doubles the cap; otherwise it covers the 99th percentile
+        with a quarter of headroom, rounded up to a multiple of 256."""
+        if self.max_tokens is not None and (self.share_at_cap or 0) >= CENSORED_SHARE:
+            suggested = 1 << (2 * self.max_tokens - 1).bit_length()
+            return suggested, (f"{self.share_at_cap:.0%} of measured answers hit max_tokens={self.max_tokens:,}, so their "
+                               f"lengths are unknown: measure again with --max-tokens {suggested:,}")
+        suggested = max(256, math.ceil(self.p99 * 1.25 / 256) * 256)
+        return suggested, f"covers the measured p99 ({self.p99:,.0f} tokens) with 25% headroom"
 
     def describe_tail(self) -> str:
         return (

@@ -105,6 +105,8 @@ def _distribution_notes(stats: LengthStats, tail: bool) -> list[str]:
         )
     if tail:
         notes.append(stats.describe_tail())
+        suggested, why = stats.suggest_max_tokens()
+        notes.append(f"suggested --max-tokens {suggested:,}: {why}")
     return notes
 
 

@@ -334,6 +334,7 @@ def make_train_plan(inputs: TrainPlanInputs | dict[str, Any]) -> TrainPlan:
         ordered.insert(0, measured)
         if bench.mode != mode:
             warnings.append(f"the train benchmark ran {bench.mode} but this plan is {mode}; its rate does not carry over")
+        warnings += _bench_device_warnings(bench.device, inputs.gpu)
         for key, field in (("block_size", "block_size"), ("num_anchors", "num_anchors"), ("num_draft_layers", "draft_layers"),
                            ("batch_size", "batch_size")):
             measured_value = bench.shapes.get(key)
@@ -367,6 +368,19 @@ def make_train_plan(inputs: TrainPlanInputs | dict[str, Any]) -> TrainPlan:
         memory_fsdp=memory_fsdp,
         warnings=warnings,
     )
+
+
+def _bench_device_warnings(device: str | None, gpu: str) -> list[str]:
+    """A rate measured on another device than the plan's GPU plans the wrong run: say so."""
+    if device is None:
+        return []
+    if not device.lower().startswith(("cuda", "gpu", "xpu", "rocm", "hip")):
+        return [f"the train benchmark ran on {device}, but this plans a run on {gpu} GPUs: a CPU rate says nothing "
+                f"about a GPU's; run `draftsmith train --benchmark-steps N` on the GPU you will train on"]
+    if gpu.lower() not in device.lower():
+        return [f"the train benchmark ran on {device}, but this plan is for {gpu}; the rate carries over only to the "
+                "same GPU (pass --gpu for the one benchmarked)"]
+    return []
 
 
 def _memory_warnings(inputs: TrainPlanInputs, ddp: list[MemoryBreakdown], fsdp: list[MemoryBreakdown], gpu_memory: int) -> list[str]:

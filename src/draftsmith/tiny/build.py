@@ -61,8 +61,21 @@ def default_cache_dir() -> Path:
     return Path(root)
 
 
-def build_tokenizer(texts: list[str], vocab_size: int):
-    """Train a byte-level BPE tokenizer and wrap it as a `PreTrainedTokenizerFast`."""
+def build_tokenizer(
+    texts: list[str],
+    vocab_size: int,
+    *,
+    special_tokens: list[str] = SPECIAL_TOKENS,
+    roles: dict[str, str | None] | None = None,
+    additional_special_tokens: list[str] | None = None,
+    added_tokens: list[str] = THINK_TOKENS,
+    template: str | None = None,
+):
+    """Train a byte-level BPE tokenizer and wrap it as a `PreTrainedTokenizerFast`.
+
+    The defaults make the Qwen3-style tiny target's tokenizer; `special_tokens`, `roles` (eos_token,
+    pad_token, bos_token, unk_token), `additional_special_tokens`, `added_tokens` and `template`
+    make another family's (tiny.families)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -71,21 +84,21 @@ def build_tokenizer(texts: list[str], vocab_size: int):
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=list(special_tokens),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
+    if roles is None:
+        roles = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": None, "unk_token": None}
+    if additional_special_tokens is None:
+        additional_special_tokens = ["<|im_start|>", "<|MASK|>"]
     wrapped = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        bos_token=None,
-        unk_token=None,
-        additional_special_tokens=["<|im_start|>", "<|MASK|>"],
+        tokenizer_object=tokenizer, additional_special_tokens=additional_special_tokens, **roles
     )
-    wrapped.add_tokens(THINK_TOKENS, special_tokens=False)
-    wrapped.chat_template = chat_template()
+    if added_tokens:
+        wrapped.add_tokens(list(added_tokens), special_tokens=False)
+    wrapped.chat_template = chat_template() if template is None else template
     wrapped.model_max_length = 2048
     return wrapped
 

@@ -114,6 +114,7 @@ class TokenizeSummary(BaseModel):
     samples_per_s: float = Field(0.0, description="input rows per second")
     options: dict[str, Any] = Field(default_factory=dict, description="the options of the run")
     examples: dict[str, list[str]] = Field(default_factory=dict, description="a few examples per drop reason")
+    thinking: str | None = Field(None, description="the thinking mode the chat template was rendered in, and why")
 
     @property
     def dropped_total(self) -> int:
@@ -126,6 +127,8 @@ class TokenizeSummary(BaseModel):
         """Print the counts as a rich table, one example per drop reason, and the verdict."""
         from rich.table import Table
 
+        if self.thinking:
+            console.print(f"tokenize: {self.thinking}", markup=False, highlight=False)
         table = Table(title=f"tokenize -> {self.output_dir}", show_header=True)
         table.add_column("what")
         table.add_column("rows", justify="right")

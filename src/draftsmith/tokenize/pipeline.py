@@ -30,6 +30,7 @@ from draftsmith.core.progress import Progress
 from draftsmith.tokenize.config import TokenizeOptions, TokenizeSummary
 from draftsmith.tokenize.masking import POLICY_REASONS, ChatMasker, MaskedRow, MaskerConfig, RowDropped
 from draftsmith.data.conversation import conversation_from_row
+from draftsmith.data.thinking import choose_thinking
 from draftsmith.data.generated import INCOMPLETE_ANSWER, engine_fields, incomplete_answer
 from draftsmith.data.sources import Record, count_records, iter_records, resolve
 from draftsmith.data.tokenized import SUMMARY_NAME, ShardWriter, prepare_output_dir, written_ids
@@ -286,6 +287,7 @@ def _tokenize_dataset(
         tokenizer=tokenizer_path,
         inputs=[str(path) for path in paths],
         options=options.model_dump(mode="json"),
+        thinking=choose_thinking(masker.tokenizer.chat_template, options.chat_template_kwargs, send_default=False).line,
     )
     dropped: Counter[str] = Counter()
     by_method: Counter[str] = Counter()

@@ -45,7 +45,7 @@ class TrainConfig(BaseModel):
     num_draft_layers: Annotated[int, cli("--draft-layers")] = Field(5, ge=1, description="drafter decoder layers")
     target_layer_ids: list[int] | None = Field(None, description="target layers to capture (default: spread)")
     num_features: int = Field(5, ge=1, description="captured target layers when target_layer_ids is unset")
-    mask_token_id: int | None = Field(None, ge=0, description="default: the tokenizer's <|MASK|>")
+    mask_token_id: int | None = Field(None, ge=0, description="default: chosen from the target (its <|MASK|>, a padding row, an unused reserved token)")
     num_anchors: int = Field(512, ge=1, description="max blocks per sequence, resampled each epoch")
     gamma: float | None = Field(None, gt=0, description="loss decay; default 7/5/4 for B=16/10/8")
     max_length: int = Field(3072, ge=2, description="truncate each sequence to this many tokens")

@@ -104,7 +104,7 @@ class DrafterTrainer:
         from draftsmith.model import DFlashDraftModel, build_drafter_config
         from draftsmith.model.block_attention import choose_attention
         from draftsmith.model.target import load_embedding_and_head, load_target_config, load_target_model
-        from draftsmith.model.features import mask_token_id_for
+        from draftsmith.model.features import mask_token_for, target_embed_tokens
 
         self.config, self.context, self.device, self.dataset = config, context, context.device, dataset
         compute = config.dtype if config.dtype != "auto" else ("bfloat16" if self.device.type == "cuda" else "float32")
@@ -115,14 +115,14 @@ class DrafterTrainer:
 
         check_vocabulary(dataset, target_config.vocab_size)
         self.features, layer_ids = self._feature_source(target_config)
-        self.mask_token_id = config.mask_token_id if config.mask_token_id is not None else mask_token_id_for(config.target)
-        vocab = int(target_config.get_text_config().vocab_size)
-        if not 0 <= self.mask_token_id < vocab:
-            raise InputError(f"--mask-token-id {self.mask_token_id} is outside the target's vocabulary of {vocab} (ids 0..{vocab - 1})")
+        self.mask = mask_token_for(config.target, config.mask_token_id)
+        self.mask_token_id = self.mask.token_id
         self.drafter_config = build_drafter_config(
             target_config, num_draft_layers=config.num_draft_layers, block_size=config.block_size,
             target_layer_ids=layer_ids, mask_token_id=self.mask_token_id,
         )  # fmt: skip
+        # How the mask was chosen travels with the drafter, so `check` can confirm it against the target.
+        self.drafter_config.dflash_config = {**self.drafter_config.dflash_config, **self.mask.record()}
         if template is not None:  # the chat template the data was rendered with travels with the drafter
             self.drafter_config.dflash_config = {**self.drafter_config.dflash_config, "template": template}
         self.layer_ids = list(self.drafter_config.target_layer_ids)
@@ -131,7 +131,7 @@ class DrafterTrainer:
         self.target_dtype = torch_dtype(compute) if self.device.type == "cuda" else torch.float32
         if self.features is None:
             self.target = load_target_model(config.target, self.device, self.target_dtype)
-            self.embed_tokens = self.target.get_input_embeddings()
+            self.embed_tokens = target_embed_tokens(self.target)
             self.lm_head = self.target.get_output_embeddings()
             shard_target(self.target, context, config.sharding)
         else:
