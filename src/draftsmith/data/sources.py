@@ -25,6 +25,7 @@ from typing import Any
 
 from draftsmith.core.errors import InputError
 from draftsmith.core.lines import OversizedLine, iter_lines
+from draftsmith.core.manifest import read_manifest
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz", ".json.gz")
 JSON_SUFFIXES = (".json",)
@@ -32,6 +33,7 @@ TABLE_SUFFIXES = (".parquet", ".arrow")
 ROW_SUFFIXES = JSONL_SUFFIXES + JSON_SUFFIXES + TABLE_SUFFIXES
 #: the row shards of a `generate` output directory; its summary and failures files are bookkeeping
 GENERATED_ROW_GLOB = "generated-*.jsonl"
+GENERATED_BOOKKEEPING_GLOB = "failures-s*of*.jsonl"
 BATCH_ROWS = 1024
 
 
@@ -97,12 +99,20 @@ def suffix_of(path: Path) -> str:
 
 
 def generated_row_files(directory: str | Path) -> list[Path] | None:
-    """The row shards of a `generate` output directory, or None when `directory` is not one."""
+    """The row shards of a `generate` output directory (an empty list when it has none: every
+    sample failed), or None when `directory` is not one. Its failures, summary and manifest files
+    are bookkeeping, never rows, even when they are all the directory holds."""
     directory = Path(directory)
     if not directory.is_dir():
         return None
     rows = sorted(path for path in directory.glob(GENERATED_ROW_GLOB) if path.is_file())
-    return rows or None
+    if rows:
+        return rows
+    bookkeeping = any(directory.glob(GENERATED_BOOKKEEPING_GLOB)) or any(directory.glob("summary-s*of*.json"))
+    manifest = read_manifest(directory) if (directory / "manifest.json").is_file() else None
+    if bookkeeping or (manifest or {}).get("stage") == "generate":
+        return []
+    return None
 
 
 def choose_split(splits: list[str], split: str | None, where: str) -> str:
@@ -149,6 +159,9 @@ def _walk(directory: Path, suffixes: tuple[str, ...], split: str | None) -> list
     if saved is not None:
         return saved
     generated = generated_row_files(directory)
+    if generated == []:
+        raise InputError(f"{directory}: a generate output directory without generated rows (every sample failed; "
+                         "their reasons are in its failures-*.jsonl)")
     if generated and ".jsonl" in suffixes:
         return generated
     found: list[Path] = []
@@ -166,7 +179,7 @@ def holds_dataset_dict(directory: Path) -> bool:
     """Whether a folder is, or holds, a ``save_to_disk`` DatasetDict (what ``--split`` chooses in)."""
     if (directory / "dataset_dict.json").is_file():
         return True
-    if (directory / "state.json").is_file() or generated_row_files(directory):
+    if (directory / "state.json").is_file() or generated_row_files(directory) is not None:
         return False
     return any(
         holds_dataset_dict(child) for child in sorted(directory.iterdir())
