@@ -88,3 +88,13 @@ def test_environment_variables_are_expanded_or_refused_naming_them(tmp_path, mon
         build_config(BenchConfig, {"prompts": [tmp_path / "p.jsonl"]}, path)
     message = str(error.value)
     assert "bench.yaml" in message and "endpoint" in message and "DRAFTSMITH_TEST_HOST is not set" in message
+
+
+def test_a_lone_surrogate_in_a_config_value_is_one_line(tmp_path):
+    """Found by test_config_fuzz: JSON may escape half a UTF-16 pair; it used to reach validation as a UnicodeEncodeError."""
+    from draftsmith.evaluate.config import EvalConfig
+
+    path = tmp_path / "eval.json"
+    path.write_text('{"prompts": "\\ud800"}')
+    with pytest.raises(InputError, match=r"eval.json: prompts: not valid text"):
+        build_config(EvalConfig, {}, path)

@@ -73,12 +73,24 @@ def _load_yaml(text: str, where: Path) -> Any:
         loader.dispose()
 
 
+def _text(value: Any, where: Path, key: str) -> Any:
+    """`value`, refused when it is a string no file name or setting can hold (a lone UTF-16
+    surrogate, which JSON and YAML escapes can produce)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise InputError(f"{where}: {key or 'a key'}: not valid text (a lone UTF-16 surrogate {ascii(value[error.start])})") from None
+    return value
+
+
 def _expand_variables(value: Any, where: Path, key: str) -> Any:
     if isinstance(value, dict):
-        return {name: _expand_variables(item, where, f"{key}.{name}" if key else str(name)) for name, item in value.items()}
+        return {_text(name, where, key): _expand_variables(item, where, f"{key}.{name}" if key else str(name))
+                for name, item in value.items()}
     if isinstance(value, list):
         return [_expand_variables(item, where, f"{key}[{index}]") for index, item in enumerate(value)]
-    if not isinstance(value, str) or "${" not in value:
+    if not isinstance(value, str) or "${" not in _text(value, where, key):
         return value
 
     def replace(match: re.Match) -> str:

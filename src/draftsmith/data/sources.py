@@ -17,13 +17,16 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import sys
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.limits import MAX_ROW_BYTES_ENV
+from draftsmith.core.limits import max_row_bytes as resolve_max_row_bytes
 from draftsmith.core.lines import OversizedLine, iter_lines
 from draftsmith.core.manifest import read_manifest
 
@@ -51,6 +54,8 @@ class Record:
 
     def parse(self) -> Any:
         """The decoded row, or an `InputError` naming its file and line."""
+        if self.oversized is not None:
+            raise InputError(f"{self.where}: {oversized_text(self.oversized)}")
         if self.line is None:
             return self.row
         try:
@@ -331,9 +336,16 @@ def table_batches(path: Path, columns: list[str] | None = None, batch_size: int 
             yield batch.slice(start, batch_size)
 
 
+def oversized_text(size: int) -> str:
+    return f"a row of {size:,} bytes, over the row-size limit (default 64 MiB, ${MAX_ROW_BYTES_ENV} sets it); skipped unread"
+
+
 def iter_records(files: Iterable[Path], max_row_bytes: int | None = None) -> Iterator[Record]:
-    """Every row of every file, file after file, without parsing JSON lines (a JSONL line over
-    `max_row_bytes` comes back as a `Record` with only `oversized` set)."""
+    """Every row of every file, file after file, without parsing JSON lines. A JSONL line over
+    the row-size limit (`max_row_bytes`, else `core.limits.max_row_bytes()`: 64 MiB by default)
+    is measured a block at a time, never held whole, and comes back as a `Record` with only
+    `oversized` set: each reader counts and skips it (`Record.parse` refuses it, naming it)."""
+    max_row_bytes = resolve_max_row_bytes(max_row_bytes)
     for path in files:
         kind = suffix_of(path)
         if kind in TABLE_SUFFIXES:
@@ -365,6 +377,19 @@ def _jsonl_records(path: Path, max_row_bytes: int | None) -> Iterator[Record]:
             yield Record(f"{path}:{number}", oversized=line.size)
         else:
             yield Record(f"{path}:{number}", line=line)
+
+
+def skip_oversized(records: Iterable[Record], log: Callable[[str], None] | None = None) -> Iterator[Record]:
+    """`records` without the oversized ones, each of which is reported on one line (stderr by default)."""
+    for record in records:
+        if record.oversized is None:
+            yield record
+            continue
+        message = f"{record.where}: {oversized_text(record.oversized)}"
+        if log is None:
+            print(f"draftsmith: {message}", file=sys.stderr)
+        else:
+            log(message)
 
 
 def count_records(files: Iterable[Path]) -> int:
