@@ -102,6 +102,19 @@ def test_generate_output_dir_gives_only_its_row_shards(tmp_path):
     assert resolve(tmp_path) == [tmp_path / "generated-s0of1-00000.jsonl"]
 
 
+def test_a_generate_dir_where_every_sample_failed_holds_no_rows(tmp_path, capsys):
+    """Its failures file is bookkeeping, not rows to audit or train on, even when it is all there is."""
+    from draftsmith.cli import main
+
+    (tmp_path / "summary-s0of1.json").write_text(json.dumps({"done": 0, "failed": 1}))
+    write_jsonl(tmp_path / "failures-s0of1.jsonl", [{"id": "x", "reason": "timeout"}])
+    with pytest.raises(InputError, match="every sample failed"):
+        resolve(tmp_path)
+    assert main(["audit", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"draftsmith: error: {tmp_path}: a generate output directory without generated rows")
+
+
 def test_one_split_rule_for_dataset_dicts(tmp_path):
     from datasets import Dataset, DatasetDict
 

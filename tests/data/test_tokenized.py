@@ -150,3 +150,35 @@ def test_audit_checks_the_split_train_trains_on(tmp_path):
     assert audit_tokenized(tmp_path / "dd").samples == 2
     assert [sample.id for sample in load_tokenized(tmp_path / "dd", split="test")] == ["c"]
     assert audit_tokenized(tmp_path / "dd", split="test").samples == 1
+
+
+def _values_offset(shard, column):
+    with pa.memory_map(str(shard), "r") as source:
+        buffer = source.read_buffer()
+        values = pa.ipc.open_file(buffer).get_batch(0).column(column).values
+        return values.buffers()[1].address - buffer.address
+
+
+@pytest.mark.parametrize("damage", ["token", "mask", "truncated"])
+def test_a_damaged_shard_is_refused_on_open_naming_it(tmp_path, damage):
+    """What the writer recorded (sha256, counts, largest id) is recomputed when a shard is opened;
+    a change made after a first, clean load is caught too (nothing trusted from then on)."""
+    import time
+
+    rows = [{"id": f"r{index}", "input_ids": [5, 6, 7, 8], "loss_mask": [0, 0, 1, 1]} for index in range(6)]
+    shard = write_tokenized(rows, tmp_path / "tok", shard_rows=3)[1]
+    assert len(load_tokenized(tmp_path / "tok")) == 6
+    time.sleep(0.05)  # a later change, as bit rot or a bad copy makes it
+    if damage == "truncated":
+        with shard.open("r+b") as handle:
+            handle.truncate(shard.stat().st_size - 40)
+    else:
+        column, value = ("input_ids", (6).to_bytes(4, "little")) if damage == "token" else ("loss_mask", b"\x00")
+        with shard.open("r+b") as handle:
+            handle.seek(_values_offset(shard, column) + (4 * 2 if damage == "token" else 3))
+            handle.write(value)
+    with pytest.raises(InputError) as error:
+        load_tokenized(tmp_path / "tok")
+    message = str(error.value)
+    damaged = "not an Arrow IPC file" if damage == "truncated" else "a damaged tokenized shard"
+    assert message.startswith(f"{shard}: {damaged}") and "\n" not in message, message

@@ -96,6 +96,29 @@ def test_a_huge_or_non_finite_retry_after_is_capped_by_backoff_max(tmp_path, pro
     assert len(read_rows(out)) == 6
 
 
+def test_an_http_date_retry_after_is_honoured(tmp_path, prompts_file):
+    """RFC 9110 allows `Retry-After: <HTTP-date>`; it is waited for (up to --backoff-max-s), not ignored."""
+    from email.utils import formatdate
+
+    from draftsmith.client.chat import parse_retry_after
+
+    assert parse_retry_after("Fri, 04 Dec 2026 17:00:30 GMT", now=1796403600.0) == 30.0
+    assert parse_retry_after("Fri, 04 Dec 2026 16:59:00 GMT", now=1796403600.0) == 0.0
+    assert parse_retry_after("not a date") is None
+    prompts = prompts_file(2)
+    out = tmp_path / "out"
+    an_hour_ahead = formatdate(time.time() + 3600, usegmt=True)
+    with ServeProcess(["--fail-first", "2", "--fail-status", "503", "--retry-after", an_hour_ahead]) as server:
+        started = time.monotonic()
+        result = run_cli([str(prompts), "-o", str(out), "-e", server.url, "--no-progress", "--backoff-max-s", "1.5",
+                          "--backoff-base-s", "0.01", "--concurrency", "1", "--json"], timeout=90)
+        elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout)["retries"] == 2
+    assert elapsed >= 3.0, f"{elapsed:.2f}s: the date was ignored (two retries capped at 1.5 s each)"
+    assert len(read_rows(out)) == 2
+
+
 def test_a_second_shard_count_on_one_directory_is_refused(tmp_path, prompts_file):
     prompts = prompts_file(40)
     out = tmp_path / "out"

@@ -105,3 +105,18 @@ def test_fault_injection_drop_and_die():
             post(server, {"messages": MESSAGES})
         server.process.wait(timeout=10)
         assert not server.running
+
+
+@pytest.mark.parametrize("body, field_name", [
+    ({"temperature": "hot"}, "temperature"),
+    ({"top_p": -1}, "top_p"),
+    ({"seed": "abc"}, "seed"),
+    ({"max_tokens": True}, "max_tokens"),
+    ({"stream_options": "yes"}, "stream_options"),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}, "text"),
+])
+def test_bad_field_is_a_400_naming_it_without_traceback(echo_server, body, field_name):
+    response = post(echo_server, {"messages": MESSAGES, **body})
+    assert response.status_code == 400 and f"'{field_name}'" in response.json()["error"]["message"], response.text
+    assert post(echo_server, {"messages": MESSAGES}).status_code == 200
+    assert "Traceback" not in echo_server.log_tail(100_000)

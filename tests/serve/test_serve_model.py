@@ -103,3 +103,39 @@ def test_streaming_equals_non_streaming(model_server):
     assert reasoning == (choice["message"]["reasoning_content"] or "")
     assert chunks[-1]["usage"] == whole["usage"]
     assert chunks[0]["prompt_token_ids"] == whole["prompt_token_ids"]
+
+
+BAD_SAMPLING_FIELDS = [
+    ("seed", '"abc"'),
+    ("seed", str(2**80)),
+    ("temperature", "NaN"),
+    ("top_p", "-1"),
+    ("temperature", '"hot"'),
+]
+
+
+def test_bad_sampling_field_is_its_own_400_and_the_batch_is_answered(model_server):
+    """Each bad field is refused alone (400 naming it); good requests in the same batch are answered;
+    the server log carries no traceback."""
+    messages = json.dumps([{"role": "user", "content": "Reverse the word tiger."}])
+
+    def raw(field_name, value):  # raw JSON: NaN and 2**80 are valid JSON for Python, not for httpx's encoder
+        return f'{{"messages": {messages}, "max_tokens": 8, "{field_name}": {value}}}'.encode()
+
+    good = f'{{"messages": {messages}, "max_tokens": 8, "temperature": 0.7, "seed": 3}}'.encode()
+    bodies = [raw(name, value) for name, value in BAD_SAMPLING_FIELDS] + [good, good]
+
+    async def ask_all():
+        async with httpx.AsyncClient(timeout=120) as client:
+            requests = [client.post(model_server.url + "/v1/chat/completions", content=body,
+                                    headers={"content-type": "application/json"}) for body in bodies]
+            return await asyncio.gather(*requests)
+
+    responses = asyncio.run(ask_all())
+    for (name, value), response in zip(BAD_SAMPLING_FIELDS, responses):
+        assert response.status_code == 400, (name, value, response.status_code, response.text)
+        assert f"'{name}'" in response.json()["error"]["message"], (name, value, response.text)
+    for response in responses[len(BAD_SAMPLING_FIELDS):]:
+        assert response.status_code == 200, response.text
+        assert response.json()["usage"]["completion_tokens"] > 0
+    assert "Traceback" not in model_server.log_tail(100_000)

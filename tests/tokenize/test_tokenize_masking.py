@@ -343,6 +343,29 @@ def test_engine_token_ids_that_do_not_fit_are_dropped(make_masker, tiny_tokenize
     assert caught.value.reason == "engine_ids_mismatch"
 
 
+def test_engine_token_ids_of_another_prompt_or_count_are_dropped(make_masker, tiny_tokenizer):
+    """The row's engine ids are checked against the row itself: the prompt they decode to, and the
+    engine's own usage counts (issue 27, item 3)."""
+    masker = make_masker()
+    messages = [USER, assistant()]
+    prompt_ids, completion_ids = _engine_ids(tiny_tokenizer, messages, f"{ANSWER}<|im_end|>")
+    whole = masker.build(row(messages, prompt_token_ids=prompt_ids, completion_token_ids=completion_ids,
+                             prompt_tokens=len(prompt_ids), completion_tokens=len(completion_ids) + 1))  # fmt: skip
+    assert whole.method == "engine_token_ids"
+    other_prompt, _ = _engine_ids(tiny_tokenizer, [{"role": "user", "content": "Name a colour."}, assistant()], ANSWER)
+    cases = [
+        ({"prompt_token_ids": other_prompt, "completion_token_ids": completion_ids}, "prompt_token_ids do not decode"),
+        ({"prompt_token_ids": prompt_ids, "completion_token_ids": completion_ids, "prompt_tokens": len(prompt_ids) + 9},
+         "prompt_token_ids holds"),
+        ({"prompt_token_ids": prompt_ids, "completion_token_ids": completion_ids[:3], "completion_tokens": len(completion_ids)},
+         "completion_token_ids holds 3 ids"),
+    ]
+    for fields, detail in cases:
+        with pytest.raises(RowDropped) as caught:
+            masker.build(row(messages, finish_reason="stop", **fields))
+        assert caught.value.reason == "engine_ids_mismatch" and detail in str(caught.value), (fields, caught.value)
+
+
 def test_synthetic_corpus_masks_decode_to_the_assistant_turn(make_masker):
     from draftsmith.tiny import synthetic_conversations
 

@@ -316,7 +316,7 @@ def test_a_row_over_max_row_bytes_is_dropped_unread_and_counted(tmp_path, tiny_t
     summary = tokenize_dataset(source, tiny_target_dir, tmp_path / "out", options)
     assert summary.written == 6 and summary.dropped == {"row_too_large": 1} and summary.errors == 0
     assert summary.examples["row_too_large"][0].startswith(f"{source}:4 (?): 3,000,")
-    assert TokenizeOptions().max_row_bytes == 16 * 1024 * 1024  # on by default
+    assert TokenizeOptions().max_row_bytes is None  # the shared default (core.limits: 64 MiB) applies
 
 
 def test_a_run_stopped_by_its_error_gate_is_not_complete(tmp_path, tiny_target_dir):

@@ -172,3 +172,25 @@ def test_fp16_runs_under_a_grad_scaler_saved_in_the_checkpoint(regenerated, tiny
     assert state["config"]["dtype"] in ("fp16", "float16") and 0 < state["scaler"]["scale"] <= 65536.0
     summary = json.loads((tmp_path / "run" / "train_summary.json").read_text())
     assert all(math.isfinite(loss) for _, loss in summary["losses"])
+
+
+def corrupt_token(shard: Path, value: int, position: int = 3) -> None:
+    """Overwrite one token id in the shard's values buffer on disk (bit rot, a bad copy)."""
+    import pyarrow as pa
+
+    with pa.memory_map(str(shard), "r") as source:
+        buffer = source.read_buffer()
+        batch = pa.ipc.open_file(buffer).get_batch(0)
+        offset = batch.column("input_ids").values.buffers()[1].address - buffer.address + 4 * position
+    with shard.open("r+b") as handle:
+        handle.seek(offset)
+        handle.write(int(value).to_bytes(4, "little", signed=True))
+
+
+def test_a_damaged_tokenized_shard_is_refused_before_training_naming_it(tokenized_run, tiny_target_dir, tmp_path):
+    damaged = tmp_path / "damaged"
+    shutil.copytree(tokenized_run, damaged)
+    shard = damaged / "part-00000.arrow"
+    corrupt_token(shard, 50_000)  # past the tiny target's vocabulary, as a flipped high bit makes it
+    message = one_error(train(tiny_target_dir, damaged, tmp_path / "run", "--max-steps", "2"))
+    assert f"{shard}: a damaged tokenized shard" in message and "max_token_id" in message, message

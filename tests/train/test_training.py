@@ -317,3 +317,28 @@ def test_train_manifest_fingerprints_data_content_and_target_weights(regenerated
     with pytest.raises(InputError, match="other settings \\(target_weights: "):
         train_drafter(config.model_copy(update={"resume": True, "max_steps": 3, "data": moved, "target": other_target}))
     assert train_drafter(config.model_copy(update={"resume": True, "max_steps": 3, "data": data, "force_resume": True})).steps == 3
+
+
+@pytest.mark.parametrize("damage", ["rows cut", "other tokens"])
+def test_a_features_shard_that_does_not_hold_what_its_index_says_is_refused(regenerated, tiny_target_dir, tmp_path, capsys, damage):
+    """Offline features are re-checked where training reads them: a shard whose rows were cut short
+    (it used to train on zero-padded features) or extracted from other tokens exits 2 naming it."""
+    from safetensors.torch import load_file, save_file
+
+    features = tmp_path / "features"
+    assert main(["extract", "--target", str(tiny_target_dir), "--data", str(regenerated), "--out", str(features),
+                 "--no-progress", "--dtype", "fp32"]) == 0  # fmt: skip
+    shard = features / json.loads((features / "index.json").read_text())["shards"][0]["file"]
+    tensors = load_file(str(shard))
+    if damage == "rows cut":
+        tensors["features"] = tensors["features"][:-7].clone()
+    else:
+        tensors["input_ids"] = (tensors["input_ids"] + 1).contiguous()
+    save_file(tensors, str(shard))
+    capsys.readouterr()
+    code = main(["train", "--target", str(tiny_target_dir), "--data", str(regenerated), "--out", str(tmp_path / "run"),
+                 "--offline", str(features), "--block-size", "4", "--draft-layers", "1", "--max-steps", "2",
+                 "--batch-size", "4", "--threads", "1", "--no-progress", "--dtype", "fp32"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2, err[-2000:]
+    assert f"{shard}: " in err and ("damaged features shard" if damage == "rows cut" else "other tokens") in err, err[-2000:]

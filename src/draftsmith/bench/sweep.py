@@ -31,6 +31,7 @@ from draftsmith.bench.config import DEFAULT_CONCURRENCIES, BenchConfig
 from draftsmith.bench.engine_metrics import MetricsPoller, cap_warning
 from draftsmith.core.errors import DraftsmithError, InputError
 from draftsmith.core.io import write_json_atomic
+from draftsmith.core.limits import workers_for
 from draftsmith.core.redact import redact_url
 from draftsmith.client.chat import (
     ChatClient,
@@ -43,6 +44,10 @@ from draftsmith.core.paths import require_dir
 from draftsmith.data.prompts import load_prompts
 from draftsmith.data.thinking import choose_thinking, read_chat_template
 from draftsmith.core.asyncrun import run_async
+
+#: the largest bench level: far above any engine's batch limit, far below what exhausts memory
+MAX_BENCH_CONCURRENCY = 65_536
+
 
 @dataclass
 class LevelResult:
@@ -153,6 +158,10 @@ async def arun_bench(config: BenchConfig, log: Callable[[str], None] = lambda me
     """Run the sweep (async)."""
     if not config.concurrencies or any(c < 1 for c in config.concurrencies):
         raise InputError("bench: concurrency levels must be positive integers")
+    too_many = [c for c in config.concurrencies if c > MAX_BENCH_CONCURRENCY]
+    if too_many:  # each level sends 4x its concurrency requests: 1e9 would never finish
+        raise InputError(f"--concurrency {too_many[0]}: above {MAX_BENCH_CONCURRENCY:,} requests in flight, which no "
+                         "single engine serves; bench levels up to the engine's batch limit")
     samples, _ = load_prompts(config.prompts, config.split)
     if not samples:
         raise InputError(f"bench: no prompts in {config.prompts}")
@@ -197,7 +206,7 @@ async def arun_bench(config: BenchConfig, log: Callable[[str], None] = lambda me
                         log(f"request failed: {error}")
 
             start = time.perf_counter()
-            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            await asyncio.gather(*(worker() for _ in range(workers_for(concurrency, count))))
             return outcomes, time.perf_counter() - start
 
         for concurrency in levels:

@@ -20,6 +20,8 @@ Errors are classified for the retry logic:
 from __future__ import annotations
 
 import asyncio
+import datetime
+import email.utils
 import json
 import math
 import time
@@ -318,15 +320,22 @@ class StreamParser:
         )
 
 
-def parse_retry_after(value: str | None) -> float | None:
-    """A ``Retry-After`` header in seconds: a number, never negative (``inf`` kept: callers cap
-    it); None for anything else (an HTTP date, NaN, garbage)."""
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """A ``Retry-After`` header in seconds, never negative (``inf`` kept: callers cap it): a number
+    of seconds or an HTTP date (RFC 9110 allows both; a date is counted from ``now``, default the
+    clock); None for anything else (NaN, garbage)."""
     if value is None:
         return None
     try:
         seconds = float(value)
     except ValueError:
-        return None
+        try:
+            date = email.utils.parsedate_to_datetime(value.strip())
+        except (TypeError, ValueError, IndexError):
+            return None
+        if date.tzinfo is None:  # an HTTP date is always GMT, whatever its zone text says
+            date = date.replace(tzinfo=datetime.timezone.utc)
+        seconds = date.timestamp() - (time.time() if now is None else now)
     if math.isnan(seconds):
         return None
     return max(0.0, seconds)

@@ -20,7 +20,6 @@ import dataclasses
 import inspect
 import json
 import math
-import tomllib
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -28,10 +27,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
-import yaml
 from pydantic import BaseModel, BeforeValidator, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
+from draftsmith.core.config_file import read_config_file
 from draftsmith.core.errors import InputError
 
 
@@ -340,36 +339,6 @@ def options_of(model: type, prefix: tuple[str, ...] = (), panel: str | None = No
 
 
 # ---- config files ---------------------------------------------------------------------------------
-
-
-def read_config_file(path: str | Path) -> dict[str, Any]:
-    """The top-level mapping of a YAML, TOML or JSON config file."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such config file")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = path.read_bytes()[: error.start].count(b"\n") + 1
-        raise InputError(f"{path}:{line}: not valid UTF-8 (byte 0x{error.object[error.start]:02x}); save the file as UTF-8") from None
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".toml":
-            data = tomllib.loads(text)
-        elif suffix == ".json":
-            data = json.loads(text)
-        elif suffix in (".yaml", ".yml"):
-            data = yaml.safe_load(text)
-        else:
-            raise InputError(f"{path}: unknown config format {suffix!r} (use .yaml, .yml, .toml or .json)")
-    except (tomllib.TOMLDecodeError, yaml.YAMLError, json.JSONDecodeError) as error:
-        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise InputError(f"{path}: cannot parse ({first_line})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a mapping of settings at the top level")
-    return data
 
 
 def _flatten_file(data: Mapping[str, Any], nested: set[str], prefix: str = "") -> Iterator[tuple[str, Any]]:

@@ -119,7 +119,8 @@ class RowWriter:
 
 
 def engine_fields(conversation: Conversation) -> dict[str, Any]:
-    """The checked contract-1 engine fields of a row: finish reason and engine token ids."""
+    """The checked contract-1 engine fields of a row: finish reason, engine token ids and the usage
+    counts of those ids (None where absent or not an integer)."""
     fields = conversation.fields
     finish_reason = fields.get("finish_reason")
     if finish_reason is not None and not isinstance(finish_reason, str):
@@ -134,6 +135,9 @@ def engine_fields(conversation: Conversation) -> dict[str, Any]:
         ):
             raise InputError(f"{conversation.where}: row {conversation.id!r}: {key} must be a list of integers")
         checked[key] = value
+    for key in ("prompt_tokens", "completion_tokens"):  # the engine's usage counts, to check the ids against
+        value = fields.get(key)
+        checked[key] = value if isinstance(value, int) and not isinstance(value, bool) else None
     return checked
 
 

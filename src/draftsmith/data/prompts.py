@@ -14,7 +14,7 @@ from typing import Any
 
 from draftsmith.core.errors import InputError
 from draftsmith.data.conversation import conversation_from_row
-from draftsmith.data.sources import Record, iter_records, resolve
+from draftsmith.data.sources import Record, iter_records, resolve, skip_oversized
 
 
 @dataclass
@@ -47,7 +47,7 @@ def parse_prompt(record: Record) -> PromptSample:
 
 def iter_prompts(paths: str | Path | Iterable[str | Path], split: str | None = None) -> Iterator[PromptSample]:
     """The prompt samples of the inputs, streaming; a bad row raises a one-line `InputError`."""
-    for record in iter_records(resolve(paths, split)):
+    for record in skip_oversized(iter_records(resolve(paths, split))):
         yield parse_prompt(record)
 
 

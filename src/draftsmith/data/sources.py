@@ -17,14 +17,18 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import sys
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.limits import MAX_ROW_BYTES_ENV
+from draftsmith.core.limits import max_row_bytes as resolve_max_row_bytes
 from draftsmith.core.lines import OversizedLine, iter_lines
+from draftsmith.core.manifest import read_manifest
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz", ".json.gz")
 JSON_SUFFIXES = (".json",)
@@ -32,6 +36,7 @@ TABLE_SUFFIXES = (".parquet", ".arrow")
 ROW_SUFFIXES = JSONL_SUFFIXES + JSON_SUFFIXES + TABLE_SUFFIXES
 #: the row shards of a `generate` output directory; its summary and failures files are bookkeeping
 GENERATED_ROW_GLOB = "generated-*.jsonl"
+GENERATED_BOOKKEEPING_GLOB = "failures-s*of*.jsonl"
 BATCH_ROWS = 1024
 
 
@@ -49,6 +54,8 @@ class Record:
 
     def parse(self) -> Any:
         """The decoded row, or an `InputError` naming its file and line."""
+        if self.oversized is not None:
+            raise InputError(f"{self.where}: {oversized_text(self.oversized)}")
         if self.line is None:
             return self.row
         try:
@@ -97,12 +104,20 @@ def suffix_of(path: Path) -> str:
 
 
 def generated_row_files(directory: str | Path) -> list[Path] | None:
-    """The row shards of a `generate` output directory, or None when `directory` is not one."""
+    """The row shards of a `generate` output directory (an empty list when it has none: every
+    sample failed), or None when `directory` is not one. Its failures, summary and manifest files
+    are bookkeeping, never rows, even when they are all the directory holds."""
     directory = Path(directory)
     if not directory.is_dir():
         return None
     rows = sorted(path for path in directory.glob(GENERATED_ROW_GLOB) if path.is_file())
-    return rows or None
+    if rows:
+        return rows
+    bookkeeping = any(directory.glob(GENERATED_BOOKKEEPING_GLOB)) or any(directory.glob("summary-s*of*.json"))
+    manifest = read_manifest(directory) if (directory / "manifest.json").is_file() else None
+    if bookkeeping or (manifest or {}).get("stage") == "generate":
+        return []
+    return None
 
 
 def choose_split(splits: list[str], split: str | None, where: str) -> str:
@@ -149,6 +164,9 @@ def _walk(directory: Path, suffixes: tuple[str, ...], split: str | None) -> list
     if saved is not None:
         return saved
     generated = generated_row_files(directory)
+    if generated == []:
+        raise InputError(f"{directory}: a generate output directory without generated rows (every sample failed; "
+                         "their reasons are in its failures-*.jsonl)")
     if generated and ".jsonl" in suffixes:
         return generated
     found: list[Path] = []
@@ -166,7 +184,7 @@ def holds_dataset_dict(directory: Path) -> bool:
     """Whether a folder is, or holds, a ``save_to_disk`` DatasetDict (what ``--split`` chooses in)."""
     if (directory / "dataset_dict.json").is_file():
         return True
-    if (directory / "state.json").is_file() or generated_row_files(directory):
+    if (directory / "state.json").is_file() or generated_row_files(directory) is not None:
         return False
     return any(
         holds_dataset_dict(child) for child in sorted(directory.iterdir())
@@ -318,9 +336,16 @@ def table_batches(path: Path, columns: list[str] | None = None, batch_size: int 
             yield batch.slice(start, batch_size)
 
 
+def oversized_text(size: int) -> str:
+    return f"a row of {size:,} bytes, over the row-size limit (default 64 MiB, ${MAX_ROW_BYTES_ENV} sets it); skipped unread"
+
+
 def iter_records(files: Iterable[Path], max_row_bytes: int | None = None) -> Iterator[Record]:
-    """Every row of every file, file after file, without parsing JSON lines (a JSONL line over
-    `max_row_bytes` comes back as a `Record` with only `oversized` set)."""
+    """Every row of every file, file after file, without parsing JSON lines. A JSONL line over
+    the row-size limit (`max_row_bytes`, else `core.limits.max_row_bytes()`: 64 MiB by default)
+    is measured a block at a time, never held whole, and comes back as a `Record` with only
+    `oversized` set: each reader counts and skips it (`Record.parse` refuses it, naming it)."""
+    max_row_bytes = resolve_max_row_bytes(max_row_bytes)
     for path in files:
         kind = suffix_of(path)
         if kind in TABLE_SUFFIXES:
@@ -352,6 +377,19 @@ def _jsonl_records(path: Path, max_row_bytes: int | None) -> Iterator[Record]:
             yield Record(f"{path}:{number}", oversized=line.size)
         else:
             yield Record(f"{path}:{number}", line=line)
+
+
+def skip_oversized(records: Iterable[Record], log: Callable[[str], None] | None = None) -> Iterator[Record]:
+    """`records` without the oversized ones, each of which is reported on one line (stderr by default)."""
+    for record in records:
+        if record.oversized is None:
+            yield record
+            continue
+        message = f"{record.where}: {oversized_text(record.oversized)}"
+        if log is None:
+            print(f"draftsmith: {message}", file=sys.stderr)
+        else:
+            log(message)
 
 
 def count_records(files: Iterable[Path]) -> int:

@@ -186,9 +186,9 @@ class _ContentDigest:
 
     def update(self, batch: CheckedBatch) -> None:
         self._digest.update(("\0".join(batch.ids) + "\0").encode())
-        self._digest.update(batch.lengths.astype("<i8").tobytes())
-        self._digest.update(batch.tokens.astype("<i4", copy=False).tobytes())
-        self._digest.update(batch.mask.astype("i1", copy=False).tobytes())
+        # Contiguous little-endian views hash without a copy (the bytes are those of ``tobytes()``).
+        for values, dtype in ((batch.lengths, "<i8"), (batch.tokens, "<i4"), (batch.mask, "i1")):
+            self._digest.update(np.ascontiguousarray(values, dtype=dtype).data)
 
     def hexdigest(self) -> str:
         return self._digest.hexdigest()
@@ -471,24 +471,73 @@ def _view(mapped: mmap.mmap, base: int, array: pa.Array, dtype) -> np.ndarray:
     return np.frombuffer(mapped, dtype=dtype, count=len(array), offset=address - base)
 
 
+def _damaged(origin: Path, problem: str) -> InputError:
+    return InputError(f"{origin}: a damaged tokenized shard ({problem}); write it again (draftsmith tokenize --overwrite)")
+
+
 def _map_shard(path: Path, origin: Path) -> list[_Chunk]:
     with open(path, "rb") as handle:
         mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
     buffer = pa.py_buffer(mapped)
-    reader = pa.ipc.open_file(buffer)
+    try:
+        reader = pa.ipc.open_file(buffer)
+        batches = [reader.get_batch(index) for index in range(reader.num_record_batches)]
+        for batch in batches:
+            batch.validate()  # buffer sizes against the offsets: cheap, no pass over the values
+    except (pa.ArrowInvalid, OSError) as error:
+        raise _damaged(origin, str(error).splitlines()[0]) from None
     chunks, first_row = [], 0
-    for index in range(reader.num_record_batches):
-        batch = reader.get_batch(index)
+    for batch in batches:
         tokens, mask = batch.column("input_ids"), batch.column("loss_mask")
         offsets = tokens.offsets.to_numpy()
-        if not np.array_equal(offsets, mask.offsets.to_numpy()) or (np.diff(offsets) <= 0).any():
-            raise InputError(f"{origin}: a corrupt shard (input_ids and loss_mask rows differ); write it again")
+        if not np.array_equal(offsets, mask.offsets.to_numpy()) or (np.diff(offsets) <= 0).any() or offsets[0] != 0:
+            raise _damaged(origin, "input_ids and loss_mask rows differ")
         chunks.append(
             _Chunk(origin, first_row, batch.column("id"), offsets, _view(mapped, buffer.address, tokens.values, np.int32),
                    _view(mapped, buffer.address, mask.values, np.int8), batch.column("num_trainable").to_numpy(), mapped)  # fmt: skip
         )
         first_row += batch.num_rows
     return chunks
+
+
+def _verified_marker(path: Path, stats: dict[str, Any]) -> Path:
+    """Where a successful verification of `path` as it is now is remembered: keyed by the file's
+    identity and change time (any write, copy or rename-over changes them) and its recorded sha256."""
+    status = path.stat()
+    key = f"{path.resolve()}\0{status.st_dev}\0{status.st_ino}\0{status.st_size}\0{status.st_mtime_ns}\0{status.st_ctime_ns}"
+    digest = hashlib.sha256(f"{key}\0{stats.get('sha256')}".encode()).hexdigest()[:32]
+    return _cache_root() / "verified" / digest
+
+
+def _verify_shard(chunks: list[_Chunk], stats: dict[str, Any], origin: Path, mapped_path: Path) -> None:
+    """Recompute what the shard's writer recorded (rows, tokens, trainable tokens, largest token id
+    and the content's sha256) from the mapped pages, one chunk resident at a time, so a damaged
+    byte is refused here, naming the file, and never reaches training as an out-of-range id.
+    A file verified before and not changed since (same inode, size, mtime and ctime) is not
+    hashed again: every rank, resume and eval would otherwise pay the pass."""
+    marker = _verified_marker(mapped_path, stats)
+    if marker.exists():
+        return
+    digest, counted = _ContentDigest(), _new_stats()
+    for chunk in chunks:
+        lengths = np.diff(chunk.offsets).astype(np.int64)
+        ids = chunk.ids.to_pylist()
+        if None in ids:
+            raise _damaged(origin, "a row without an id")
+        end = int(chunk.offsets[-1])
+        _count(counted, digest, CheckedBatch(ids, lengths, chunk.tokens[:end], chunk.mask[:end]))
+        if end and int(chunk.tokens[:end].min()) < 0:
+            raise _damaged(origin, "a negative token id")
+        chunk.release()
+    counted["sha256"] = digest.hexdigest()
+    for key in ("rows", "tokens", "trainable", "max_token_id", "sha256"):
+        if counted[key] != stats.get(key):
+            raise _damaged(origin, f"its {key} is {counted[key]}, its writer recorded {stats.get(key)}")
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    except OSError:
+        pass  # a read-only cache only means verifying again next time
 
 
 class TokenizedDataset(Sequence):
@@ -644,7 +693,9 @@ def load_tokenized(path: str | Path, max_length: int | None = None, split: str |
             stats = _native_stats(mapped)
         if stats["rows"] == 0:
             continue
-        chunks.extend(_map_shard(mapped, file))
+        shard_chunks = _map_shard(mapped, file)
+        _verify_shard(shard_chunks, stats, file, mapped)
+        chunks.extend(shard_chunks)
         shard_stats.append(stats)
     if not chunks:
         raise InputError(f"{path}: the tokenized dataset has no rows")

@@ -10,7 +10,7 @@ from typing import Any
 from draftsmith.core.errors import InputError
 from draftsmith.data.conversation import content_hash_id
 from draftsmith.data.prompts import prompt_from_row as conversation_prompt
-from draftsmith.data.sources import iter_records, resolve
+from draftsmith.data.sources import iter_records, resolve, skip_oversized
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ def prompt_from_row(row: Any, where: str) -> Prompt:
 def read_prompts(path: str | Path, limit: int | None = None, split: str | None = None) -> list[Prompt]:
     """Prompts from any source `draftsmith.data` reads, at most `limit` of them."""
     prompts: list[Prompt] = []
-    for record in iter_records(resolve(path, split)):
+    for record in skip_oversized(iter_records(resolve(path, split))):
         prompts.append(prompt_from_row(record.parse(), record.where))
         if limit is not None and len(prompts) >= limit:
             break

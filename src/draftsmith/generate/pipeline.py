@@ -21,6 +21,7 @@ from typing import Callable
 from draftsmith.client.chat import ChatClient, EndpointConnectionError
 from draftsmith.core.asyncrun import run_async
 from draftsmith.core.errors import DraftsmithError, InputError
+from draftsmith.core.limits import workers_for
 from draftsmith.core.lock import lock_directory
 from draftsmith.core.manifest import check_manifest, read_manifest
 from draftsmith.core.paths import require_output_dir
@@ -207,6 +208,9 @@ async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) 
         store.write_summary(summary.to_dict())
         return summary
 
+    concurrency = workers_for(config.concurrency, len(todo))
+    if concurrency < config.concurrency:  # no more workers per endpoint than samples to generate
+        config = config.model_copy(update={"concurrency": concurrency})
     progress = Progress("generate", len(todo), unit="samples", token_unit="out tok", enabled=config.progress,
                         console=console)
     connections = config.concurrency * len(config.endpoints) + 8

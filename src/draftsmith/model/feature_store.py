@@ -42,7 +42,7 @@ class FeatureStore:
         self.feature_definition: str | None = self.index.get("feature_definition")
         self.dtype = torch_dtype(self.index["dtype"])
         self._shards = sorted(self.index["shards"], key=lambda shard: shard["first"])
-        self._open: dict[str, tuple[object, torch.Tensor]] = {}
+        self._open: dict[str, tuple[object, torch.Tensor, torch.Tensor]] = {}
 
     def check_matches(self, dataset: TokenizedDataset, max_length: int) -> None:
         problems = []
@@ -65,19 +65,48 @@ class FeatureStore:
                 return shard
         raise InputError(f"{self.path}: no shard holds sample {index}")
 
-    def get(self, index: int, sample_id: str | None = None) -> torch.Tensor:
-        """Features [T, k*H] of sample `index` (in the stored dtype)."""
+    def _open_shard(self, shard: dict) -> tuple[object, torch.Tensor, torch.Tensor]:
+        """A shard's handle, offsets and token ids, after checking them against its index entry
+        (a cheap look at shapes, no pass over the features): a shard that does not hold what the
+        index says is refused naming it, never sliced into short or empty rows mid-epoch."""
         from safetensors import safe_open
 
+        path = self.path / shard["file"]
+        handle = safe_open(str(path), framework="pt")
+        offsets, input_ids = handle.get_tensor("offsets"), handle.get_tensor("input_ids")
+        features = handle.get_slice("features")
+        rows, width = (list(features.get_shape()) + [0, 0])[:2]
+        problems = []
+        if tuple(offsets.shape) != (shard["count"] + 1,):
+            problems.append(f"{tuple(offsets.shape)[0] - 1 if offsets.dim() == 1 else '?'} row offsets, its index entry says {shard['count']} rows")
+        elif int(offsets[0]) != 0 or bool((offsets[1:] <= offsets[:-1]).any()) or int(offsets[-1]) != rows:
+            problems.append(f"row offsets that do not cut its {rows} feature rows")
+        if tuple(input_ids.shape) != (rows,):
+            problems.append(f"{tuple(input_ids.shape)} token ids for {rows} feature rows")
+        expected_width = self.index.get("feature_dim")
+        if expected_width is not None and width != expected_width:
+            problems.append(f"features {width} wide, the index says {expected_width}")
+        if problems:
+            raise InputError(f"{path}: a damaged features shard ({'; '.join(problems)}); re-extract it")
+        return handle, offsets, input_ids
+
+    def get(self, index: int, sample_id: str | None = None, input_ids=None) -> torch.Tensor:
+        """Features [T, k*H] of sample `index` (in the stored dtype); with `input_ids` (the sample's
+        tokens), the tokens the features were extracted from must be those."""
         shard = self._shard_for(index)
         if shard["file"] not in self._open:
             if len(self._open) >= 8:
                 self._open.pop(next(iter(self._open)))
             # Shards can be many GB: keep them memory-mapped and read only the rows asked for.
-            handle = safe_open(str(self.path / shard["file"]), framework="pt")
-            self._open[shard["file"]] = (handle, handle.get_tensor("offsets"))
-        handle, offsets = self._open[shard["file"]]
+            self._open[shard["file"]] = self._open_shard(shard)
+        handle, offsets, stored_ids = self._open[shard["file"]]
         row = index - shard["first"]
         if sample_id is not None and shard["ids"][row] != sample_id:
             raise InputError(f"{self.path / shard['file']}: row {row} is {shard['ids'][row]}, expected {sample_id}")
-        return handle.get_slice("features")[int(offsets[row]) : int(offsets[row + 1])]
+        start, end = int(offsets[row]), int(offsets[row + 1])
+        if input_ids is not None and not torch.equal(stored_ids[start:end].long(), torch.as_tensor(input_ids).long()):
+            raise InputError(
+                f"{self.path / shard['file']}: row {row} (id {shard['ids'][row]}) holds features of other tokens "
+                f"than the training data's sample {index}; re-extract for this data"
+            )
+        return handle.get_slice("features")[start:end]

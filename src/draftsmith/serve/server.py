@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import random
 import sys
@@ -68,7 +69,10 @@ def _message_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # OpenAI content parts
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        texts = [part.get("text", "") for part in content if isinstance(part, dict)]
+        if not all(isinstance(text, str) for text in texts):
+            raise RequestError("message content parts must carry a string 'text'")
+        return "".join(texts)
     raise RequestError(f"message content must be a string or a list of parts, got {type(content).__name__}")
 
 
@@ -103,25 +107,55 @@ class ChatRequest:
             item["content"] = _message_text(message.get("content"))
             clean.append(item)
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-            raise RequestError("'max_tokens' must be a positive integer")
+        if max_tokens is not None and (not _is_integer(max_tokens) or max_tokens < 1):
+            raise RequestError(f"'max_tokens' must be a positive integer, got {_shown(max_tokens)}")
         stream_options = body.get("stream_options") or {}
+        if not isinstance(stream_options, dict):
+            raise RequestError(f"'stream_options' must be an object, got {_shown(stream_options)}")
         template_kwargs = body.get("chat_template_kwargs") or {}
         if not isinstance(template_kwargs, dict):
             raise RequestError("'chat_template_kwargs' must be an object")
-        temperature = body.get("temperature")
-        top_p = body.get("top_p")
         return cls(
             messages=clean,
             max_tokens=max_tokens,
-            temperature=1.0 if temperature is None else float(temperature),
-            top_p=1.0 if top_p is None else float(top_p),
-            seed=body.get("seed"),
+            temperature=_sampling_number(body, "temperature", 1.0, lambda value: value >= 0, ">= 0"),
+            top_p=_sampling_number(body, "top_p", 1.0, lambda value: 0 < value <= 1, "in (0, 1]"),
+            seed=_seed(body),
             stream=bool(body.get("stream", False)),
             include_usage=bool(stream_options.get("include_usage", False)),
             template_kwargs=template_kwargs,
             return_token_ids=bool(body.get("return_token_ids", False)),
         )
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, float) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _sampling_number(body: dict[str, Any], name: str, default: float, allowed, rule: str) -> float:
+    """A finite number obeying ``rule`` (each field checked on its own, so one bad request is one 400
+    that names the field, and never a NaN or a string reaching the sampler of a shared batch)."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or not allowed(value):
+        raise RequestError(f"'{name}' must be a finite number {rule}, got {_shown(value)}")
+    return float(value)
+
+
+def _seed(body: dict[str, Any]) -> int | None:
+    """An integer a torch generator accepts (int64 or uint64 range)."""
+    seed = body.get("seed")
+    if seed is None:
+        return None
+    if not _is_integer(seed) or not -(2**63) <= seed < 2**64:
+        raise RequestError(f"'seed' must be an integer in [-2**63, 2**64), got {_shown(seed)}")
+    return seed
 
 
 def _error_response(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
@@ -603,10 +637,23 @@ class OpenAIServer:
         return response
 
 
+@web.middleware
+async def _one_line_errors(request: web.Request, handler) -> web.StreamResponse:
+    """An unexpected error in one request is a 500 for that request and one line in the server
+    log (no traceback), like every other draftsmith error; the server keeps serving the rest."""
+    try:
+        return await handler(request)
+    except (web.HTTPException, asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception as error:  # noqa: BLE001 - the request's own failure, reported to it
+        sys.stderr.write(f"draftsmith serve: {request.method} {request.path} failed: {type(error).__name__}: {error}\n")
+        return _error_response(500, f"internal error: {type(error).__name__}: {error}", "server_error")
+
+
 def build_app(config: ServeConfig) -> web.Application:
     """The aiohttp application for ``config`` (the backend starts with the app)."""
     server = OpenAIServer(config)
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[_one_line_errors])
     app["server"] = server
     app.router.add_get("/health", server.health)
     app.router.add_get("/v1/models", server.models)

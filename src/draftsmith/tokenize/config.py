@@ -12,7 +12,6 @@ from draftsmith.core.config import cli
 
 # A row this long is not a training sample but a mistake (a whole file pasted into a turn), and
 # tokenizing it with offsets costs ~200x its size in memory: 50 MB took 10 GB.
-DEFAULT_MAX_ROW_BYTES = 16 * 1024 * 1024
 
 
 class TokenizeOptions(BaseModel):
@@ -47,7 +46,8 @@ class TokenizeOptions(BaseModel):
     split: str | None = Field(None, description="DatasetDict split to read (default: train, else the only one)")
     force_resume: bool = Field(False, description="resume into --out although it was written with other settings")
     max_row_bytes: int | None = Field(
-        DEFAULT_MAX_ROW_BYTES, ge=1, description="JSONL rows longer than this are dropped unread (counted as row_too_large)"
+        None, ge=1, description="JSONL rows longer than this are dropped unread (counted as row_too_large); "
+        "default $DRAFTSMITH_MAX_ROW_BYTES, else 64 MiB"
     )
 
     def output_settings(self) -> dict[str, Any]:

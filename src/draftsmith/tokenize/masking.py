@@ -100,6 +100,20 @@ class RowDropped(Exception):
         self.detail = detail
 
 
+_WHITESPACE = re.compile(r"\s+")
+
+
+def _check_engine_counts(row: dict[str, Any], prompt: list[int], completion: list[int]) -> None:
+    """The engine's usage counts, where the row carries them, must count its token ids: a row whose
+    ids were cut, padded or swapped after generation is not trained as if it were whole. An engine
+    may count a stop token it leaves out of the ids: one more completion token is consistent."""
+    for key, ids, count_key, slack in (("prompt_token_ids", prompt, "prompt_tokens", 0),
+                                       ("completion_token_ids", completion, "completion_tokens", 1)):  # fmt: skip
+        count = row.get(count_key)
+        if isinstance(count, int) and not isinstance(count, bool) and not 0 <= count - len(ids) <= slack:
+            raise RowDropped("engine_ids_mismatch", f"{key} holds {len(ids)} ids but {count_key} is {count}")
+
+
 @dataclass
 class MaskedRow:
     id: str
@@ -253,6 +267,7 @@ class ChatMasker:
                     f"{key} has ids outside the tokenizer's vocabulary (size {self.vocab_size}): "
                     "were they produced by another model?",
                 )
+        _check_engine_counts(row, prompt, completion)
         appended = False
         # A finished turn ends with end-of-turn so the drafter learns to stop; engines differ on
         # whether they return it. A generation cut by max_tokens never produced it.
@@ -260,6 +275,7 @@ class ChatMasker:
             completion.append(self.primary_end_of_turn)
             appended = True
         if verify:
+            self._check_engine_prompt(row, prompt)
             final = row["messages"][-1]
             content = final.get("content", "").strip() if final.get("role") == "assistant" else ""
             decoded = self.tokenizer.decode(completion, skip_special_tokens=True)
@@ -275,6 +291,17 @@ class ChatMasker:
             row["id"], input_ids, loss_mask, row.get("finish_reason"), "engine_token_ids",
             verified=verify, end_of_turn_appended=appended,
         )
+
+    def _check_engine_prompt(self, row: dict[str, Any], prompt: list[int]) -> None:
+        """The engine's prompt ids must be this row's prompt: its last prompt message's text is in
+        their decoding (whitespace aside, which tokenizers may clean up)."""
+        text = next((m.get("content") for m in reversed(row["messages"][:-1]) if isinstance(m.get("content"), str)
+                     and m.get("content").strip()), None)  # fmt: skip
+        if text is None:
+            return
+        decoded = _WHITESPACE.sub("", self.tokenizer.decode(prompt, skip_special_tokens=False))
+        if _WHITESPACE.sub("", text) not in decoded:
+            raise RowDropped("engine_ids_mismatch", "prompt_token_ids do not decode to the row's prompt")
 
     # -- chat template ------------------------------------------------------------------------
 

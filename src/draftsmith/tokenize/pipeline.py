@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from draftsmith.core.limits import workers_for
 from draftsmith.core.errors import DraftsmithError, InputError
 from draftsmith.core.manifest import MANIFEST_NAME, check_manifest, set_complete, tokenizer_fingerprint
 from draftsmith.core.paths import require_output_dir
@@ -280,7 +281,6 @@ def _tokenize_dataset(
     write_json_atomic(output / MANIFEST_NAME, {**manifest, "template": masker.template_record()})
     set_complete(output, False)  # until the summary is written; train refuses the shards before
     skip_ids = frozenset(written_ids(output, existing))
-    workers = options.workers or max(1, min(os.cpu_count() or 1, 8))
 
     summary = TokenizeSummary(
         output_dir=str(output),
@@ -298,6 +298,9 @@ def _tokenize_dataset(
     total = count_records(paths) if options.progress else None
     if total == 0:  # said before a progress bar is drawn, so the error is the only line
         raise InputError(f"{', '.join(summary.inputs)}: no rows to tokenize")
+    # No more processes than CPUs nor than chunks of rows to hand them (a typo of --workers 100000
+    # would otherwise fork that many); 8 by default.
+    workers = workers_for(options.workers or 8, -(-total // options.chunk_size) if total else None, cpu_bound=True)
 
     def drop(reason: str, row_id: str, where: str, detail: str) -> None:
         dropped[reason] += 1

@@ -152,7 +152,8 @@ class StepSource:
 
     def stored_features(self, sample_indices, context_length: int) -> torch.Tensor:
         """The offline features of these samples as one [S, context_length, H] tensor, zero-padded."""
-        rows = [self.features.get(index, self.dataset[index].id) for index in (int(value) for value in sample_indices)]
+        samples = [(index, self.dataset[index]) for index in (int(value) for value in sample_indices)]
+        rows = [self.features.get(index, sample.id, sample.input_ids) for index, sample in samples]
         stacked = torch.zeros((len(rows), context_length, rows[0].shape[-1]), dtype=rows[0].dtype)
         for row, features in enumerate(rows):
             stacked[row, : features.shape[0]] = features

@@ -36,6 +36,7 @@ import torch
 from draftsmith.core.config import torch_dtype
 from draftsmith.core.errors import InputError
 from draftsmith.core.io import write_json_atomic
+from draftsmith.core.limits import workers_for
 from draftsmith.core.lock import lock_directory
 from draftsmith.core.manifest import MANIFEST_NAME, check_manifest
 from draftsmith.core.paths import require_output_dir
@@ -277,7 +278,9 @@ def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
     sampler = StepSampler(run.trainable, seed=config.seed, rank=context.rank, world_size=context.world_size,
                           batch_size=config.batch_size, grad_accum=config.grad_accum, epochs=config.epochs, total_steps=total_steps,
                           start_step=state.step, start_epoch=state.epoch, start_step_in_epoch=state.step_in_epoch)  # fmt: skip
-    loader = make_loader(trainer.source, sampler, workers=config.data_workers, device=context.device)
+    # Data workers are bounded by the steps to build and the CPUs, never what a typo asks for.
+    workers = workers_for(config.data_workers, len(sampler), cpu_bound=True, at_least=0)
+    loader = make_loader(trainer.source, sampler, workers=workers, device=context.device)
     evaluator = SpeculativeEval(config, trainer, run.template) if config.eval_prompts is not None and context.is_main else None
     with RunLog(config, context, out_dir, total_steps, state.step) as log:
         for step_batch in loader:
