@@ -196,3 +196,17 @@ def test_untrained_without_a_drafter_takes_the_tokenizers_mask_or_says_what_to_p
         untrained_drafter(target, None, 8, None, None, 0)
     with pytest.raises(InputError, match="outside the target's embedding table"):
         untrained_drafter(target, None, 8, 10**6, tiny_tokenizer, 0)
+
+
+def test_more_drafters_share_the_plain_decode_and_report_under_their_names(
+    tmp_path, target, drafter, tiny_tokenizer, prompts_file
+):
+    from draftsmith.core.errors import InputError
+
+    saved = save_drafter(drafter, tmp_path / "step-1")
+    report = evaluate_drafter(target, drafter, prompts_file, max_new_tokens=24, tokenizer=tiny_tokenizer, limit=2,
+                              baselines=["ngram"], more_drafters={"step-1": saved, "same": drafter})
+    assert [r.method for r in report.methods] == ["dflash", "ngram", "step-1", "same"]
+    assert report.baselines[1].acceptance_histogram == report.acceptance_histogram == report.baselines[2].acceptance_histogram
+    with pytest.raises(InputError, match="may not be named ngram"):
+        evaluate_drafter(target, drafter, prompts_file, tokenizer=tiny_tokenizer, more_drafters={"ngram": drafter})

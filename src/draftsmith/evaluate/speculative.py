@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -265,6 +265,7 @@ def evaluate_drafter(
     ngram_max: int = 3,
     ngram_min: int = 1,
     mask_token_id: int | None = None,
+    more_drafters: Mapping[str, str | Path | DFlashDraftModel] | None = None,
 ) -> EvalReport:
     """Speculative vs plain decoding on every prompt; tau, histogram, tokens/s, lossless check.
 
@@ -282,7 +283,9 @@ def evaluate_drafter(
     `ngram_max` down to `ngram_min` tokens), "untrained" is a drafter of the given drafter's config
     with random weights (seeded by `seed`), or without a drafter one built from the target (its
     `<|MASK|>` token, or `mask_token_id`). They land in `report.baselines`; without a drafter the
-    first baseline is the report itself.
+    first baseline is the report itself. `more_drafters` (name -> drafter, e.g. the checkpoints of
+    a learning curve) are decoded the same way and reported after the baselines under their names,
+    so the plain target decode runs once for all of them.
     """
     if max_new_tokens < 1:
         raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -293,7 +296,11 @@ def evaluate_drafter(
     unknown = [name for name in baselines if name not in BASELINES]
     if unknown or len(set(baselines)) != len(baselines):
         raise InputError(f"baselines must be distinct names among {', '.join(BASELINES)}; got {list(baselines)}")
-    if drafter is None and not baselines:
+    more_drafters = dict(more_drafters or {})
+    clashing = sorted(set(more_drafters) & {"dflash", *BASELINES})
+    if clashing:
+        raise InputError(f"more_drafters may not be named {', '.join(clashing)} (method names of eval)")
+    if drafter is None and not baselines and not more_drafters:
         raise InputError("evaluate_drafter needs a drafter or at least one baseline")
     if not 1 <= ngram_min <= ngram_max:
         raise InputError(f"n-gram sizes need 1 <= ngram_min <= ngram_max; got {ngram_min}, {ngram_max}")
@@ -303,6 +310,7 @@ def evaluate_drafter(
     drafter_from_path = isinstance(drafter, (str, Path))
     if drafter_from_path:
         drafter = load_drafter(drafter)
+    loaded = {name: load_drafter(model) if isinstance(model, (str, Path)) else model for name, model in more_drafters.items()}
     if isinstance(target, (str, Path)):
         target, tokenizer = _load_target(target, tokenizer, device or "cpu", dtype)
     target = target.eval()
@@ -314,11 +322,13 @@ def evaluate_drafter(
     if "untrained" in baselines:
         drafters["untrained"] = untrained_drafter(target, drafter, block, mask_token_id, tokenizer, seed).to(
             device=first.device, dtype=first.dtype).eval()
+    for name, model in loaded.items():
+        drafters[name] = model.to(device=first.device, dtype=first.dtype).eval()
     for model in drafters.values():
         _check_pair(target, model)
 
     encoded = _encode_prompts(list(prompts)[:limit] if limit else list(prompts), tokenizer, enable_thinking)
-    methods = [name for name in ("dflash", *baselines) if name != "dflash" or drafter is not None]
+    methods = [name for name in ("dflash", *baselines, *loaded) if name != "dflash" or drafter is not None]
     run = _Run(
         target, stops=default_stop_token_ids(target, tokenizer), block=block,
         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
