@@ -22,6 +22,7 @@ __getattr__, __all__ = lazy_exports(
         "LayerFeatureTap": "features",
         "decoder_layers": "features",
         "ensure_mask_token": "features",
+        "init_drafter_from_target": "features",
         "extract_target_features": "features",
         "feature_definition_warning": "features",
         "freeze": "features",
