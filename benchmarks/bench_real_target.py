@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -78,12 +79,15 @@ def write_rows(path: Path, rows: list[dict]) -> Path:
 def regenerate(args, gguf: Path, prompts_file: Path, work: Path):
     from draftsmith.engines.launch import llama_server
     from draftsmith.generate import GenerateConfig, generate
+    from draftsmith.generate.config import GuardConfig
 
     with llama_server(gguf, alias="smollm2", parallel=args.parallel, ctx_size=args.parallel * 2048,
                       threads=args.llama_threads, reasoning_format="none", log_path=work / "llama-server.log") as server:
         summary = generate(GenerateConfig(
             inputs=[prompts_file], output_dir=work / "generated", endpoints=[server.api_url], model="smollm2",
             max_tokens=args.max_tokens, temperature=0.0, top_p=None, concurrency=args.parallel, progress=False,
+            # SmolLM2 does not think (until defaults land); an answer cut at --max-tokens still trains the drafter.
+            guard=GuardConfig(expect_reasoning=False, max_length_finish=1.0),
         ), log=log)
     if not summary.ok:
         sys.exit("bench_real_target: generate did not finish cleanly: " + "; ".join(summary.problems()))
@@ -176,10 +180,13 @@ def main() -> int:
     parser.add_argument("--mask-token-id", type=int, default=SMOLLM2_MASK_TOKEN_ID)  # until defaults land
     parser.add_argument("--curve-points", type=int, default=4, help="checkpoints evaluated for the learning curve")
     parser.add_argument("--eval-max-new-tokens", type=int, default=128)
+    parser.add_argument("--eval-limit", type=int, default=None, help="decode only the first N held-out prompts")
     parser.add_argument("--init", choices=["random", "target", "both"], default="random",
                         help="drafter start: random, copies of the target's last layers, or both (each its own budget)")
     parser.add_argument("--data-from", type=Path,
                         help="reuse the regenerated, tokenized data of an earlier run's --workdir (same prompt split)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the regeneration of an interrupted run in --workdir (training restarts)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
 
@@ -193,7 +200,10 @@ def main() -> int:
     target, gguf = resolve_model(args) if args.data_from is None else (args.model_dir or resolve_model(args)[0], None)
     work = args.workdir
     if work.exists() and any(work.iterdir()):
-        sys.exit(f"bench_real_target: {work} is not empty; give a fresh --workdir (every number comes from one run)")
+        if not args.resume:
+            sys.exit(f"bench_real_target: {work} is not empty; give a fresh --workdir or --resume")
+        for old in work.glob("train-*"):  # training and eval start afresh; generation resumes by sample id
+            shutil.rmtree(old)
     work.mkdir(parents=True, exist_ok=True)
     held_out, train_rows = split_prompts(args.prompts, args.eval_prompts, args.train_prompts)
     eval_file, train_file = write_rows(work / "eval_prompts.jsonl", held_out), write_rows(work / "train_prompts.jsonl", train_rows)
@@ -213,6 +223,7 @@ def main() -> int:
     started = time.perf_counter()
     report = evaluate_drafter(
         target, main_dir, eval_file, max_new_tokens=args.eval_max_new_tokens, block_size=args.block_size,
+        limit=args.eval_limit,
         baselines=["ngram", "untrained"], more_drafters={k: v for k, v in drafters.items() if k != main_name},
         seed=args.seed, strict=True, enable_thinking=False,  # until defaults land (SmolLM2 has no thinking mode)
         progress=lambda done, total: log(f"eval {done}/{total} prompts"),
@@ -221,7 +232,7 @@ def main() -> int:
     by_method = {r.method: r for r in report.methods}
     by_method[main_name] = by_method.pop("dflash")
 
-    table = Table(title=f"SmolLM2-135M target, {len(held_out)} held-out prompts, block {report.block_size}, "
+    table = Table(title=f"SmolLM2-135M target, {report.num_prompts} held-out prompts, block {report.block_size}, "
                         f"{args.eval_max_new_tokens} new tokens, greedy (all lossless: {not report.not_lossless})")
     for column in ("drafter", "training tokens", "tau", "speed-up (CPU)"):
         table.add_column(column, justify="left" if column == "drafter" else "right")
@@ -254,7 +265,7 @@ def main() -> int:
         args.json.write_text(json.dumps({
             "kind": "draftsmith.bench_real_target", "target": str(target), "budget_minutes": args.budget_minutes,
             "threads": args.threads, "train_samples": samples, "block_size": report.block_size,
-            "eval_prompts": len(held_out), "lossless": not report.not_lossless, "results": results,
+            "eval_prompts": report.num_prompts, "lossless": not report.not_lossless, "results": results,
             "learning_curves": curves,
             "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         }, indent=2) + "\n")
