@@ -154,7 +154,9 @@ def prepare_data(args, gguf: Path | None, target: Path, train_file: Path, eval_f
     else:
         regenerate(args, gguf, train_file, work)
         tokenized = work / "tokenized"
-        tokenize_dataset([work / "generated"], target, tokenized, TokenizeOptions(overwrite=True, progress=False, workers=1))
+        # An answer cut at --max-tokens is still the target's own greedy text: keep it for training.
+        tokenize_dataset([work / "generated"], target, tokenized,
+                         TokenizeOptions(overwrite=True, progress=False, workers=1, length_policy="keep"))
     return tokenized, len(load_tokenized(tokenized))
 
 
