@@ -21,5 +21,7 @@ __getattr__, __all__ = lazy_exports(
         "greedy_decode": "speculative",
         "sample_decode": "speculative",
         "speculative_decode": "speculative",
+        "prompt_lookup_decode": "speculative",
+        "prompt_lookup_drafts": "speculative",
     },
 )

@@ -34,6 +34,8 @@ def run_eval(config: EvalConfig, progress=None):
         dtype=torch_dtype(config.dtype), strict=False, progress=progress,
         temperature=config.temperature, seed=config.seed, split=config.split,
         device=resolve_device(config.device), tie_tolerance=config.tie_tolerance,
+        baselines=config.baseline, ngram_max=config.ngram_max, ngram_min=config.ngram_min,
+        mask_token_id=config.mask_token_id,
     )
 
 
@@ -82,7 +84,7 @@ def evaluate(config: EvalConfig, as_json: bool = False) -> None:
     else:
         report.render(Console())
         typer.echo(report.verdict)
-    if config.endpoint is None and report.lossless is False:
+    if config.endpoint is None and report.not_lossless:
         raise LosslessnessError(_mismatch_message(report))
     if config.endpoint is not None and report.identical_to_baseline is False:
         raise LosslessnessError(

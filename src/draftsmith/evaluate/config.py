@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -21,6 +21,13 @@ class EvalConfig(BaseModel):
     prompts: Path = Field(description="prompts: JSONL/JSON/Parquet rows with messages, conversations or prompt")
     target: Path | None = Field(None, description="target model directory (Hugging Face format, with tokenizer)")
     drafter: Path | None = Field(None, description="drafter checkpoint directory (config.json + model.safetensors)")
+    baseline: list[Literal["ngram", "untrained"]] = Field(
+        [], description="also decode the same prompts with: ngram (prompt lookup), untrained (random drafter of the "
+        "same config); comma-separated; without --drafter only these")
+    ngram_max: Annotated[int, cli(metavar="N")] = Field(3, ge=1, description="--baseline ngram: longest n-gram matched")
+    ngram_min: Annotated[int, cli(metavar="N")] = Field(1, ge=1, description="--baseline ngram: shortest n-gram matched")
+    mask_token_id: int | None = Field(
+        None, ge=0, description="--baseline untrained without --drafter: mask id of the random drafter (default: <|MASK|>)")
     endpoint: str | None = Field(
         None, description="measure a live engine (vLLM or SGLang) serving target + drafter at this URL instead")
     baseline_endpoint: str | None = Field(
@@ -64,10 +71,14 @@ class EvalConfig(BaseModel):
 
     @model_validator(mode="after")
     def _one_mode(self) -> EvalConfig:
-        if self.endpoint is None and (self.target is None or self.drafter is None):
-            raise ValueError("give --target and --drafter (in-process), or --endpoint (a live engine)")
-        if self.endpoint is not None and (self.target is not None or self.drafter is not None):
-            raise ValueError("--endpoint measures a live engine; leave out --target/--drafter")
+        if self.endpoint is None and (self.target is None or (self.drafter is None and not self.baseline)):
+            raise ValueError("give --target and --drafter and/or --baseline (in-process), or --endpoint (a live engine)")
+        if self.endpoint is not None and (self.target is not None or self.drafter is not None or self.baseline):
+            raise ValueError("--endpoint measures a live engine; leave out --target/--drafter/--baseline")
+        if len(set(self.baseline)) != len(self.baseline):
+            raise ValueError(f"--baseline names a method twice: {','.join(self.baseline)}")
+        if self.ngram_min > self.ngram_max:
+            raise ValueError(f"--ngram-min {self.ngram_min} is above --ngram-max {self.ngram_max}")
         if self.baseline_endpoint is not None and self.endpoint is None:
             raise ValueError("--baseline-endpoint needs --endpoint")
         if self.endpoint is not None and self.plot is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,17 +25,23 @@ from draftsmith.core.io import dumps_json
 from draftsmith.data.prompts import generation_prompt_ids
 from draftsmith.data.thinking import choose_thinking
 from draftsmith.evaluate.prompts import Prompt, prompt_from_row, read_prompts
-from draftsmith.model import DFlashDraftModel, load_drafter
-from draftsmith.model.features import drafter_mask_line
+from draftsmith.model import DEFAULT_BLOCK_SIZE, DFlashDraftModel, build_drafter_config, load_drafter
+from draftsmith.model.features import choose_mask_token, drafter_mask_line
 from draftsmith.model.target import load_target_model
 from draftsmith.model.speculative import (  # noqa: F401  (re-exported: draftsmith.evaluate's public names)
     DecodeResult,
     accept_probability,
     default_stop_token_ids,
     greedy_decode,
+    prompt_lookup_decode,
+    prompt_lookup_drafts,
     sample_decode,
     speculative_decode,
 )
+
+# What `--baseline` can add beside the drafter: prompt-lookup (n-gram) speculation, and a randomly
+# initialised drafter of the same config (what training starts from).
+BASELINES = ("ngram", "untrained")
 
 
 class LosslessnessError(DraftsmithError):
@@ -84,6 +90,10 @@ class EvalReport:
     near_tie_prompts: list[str] = field(default_factory=list)
     device: str = "cpu"
     dtype: str = "float32"
+    # dflash: the given drafter; ngram: prompt-lookup drafts; untrained: a random drafter of its config.
+    method: str = "dflash"
+    # The --baseline methods, decoded on the same prompts against the same plain target output.
+    baselines: list[EvalReport] = field(default_factory=list)
 
     kind: str = "draftsmith.eval"
     version: int = 1
@@ -91,7 +101,17 @@ class EvalReport:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["acceptance_histogram"] = {str(k): v for k, v in sorted(self.acceptance_histogram.items())}
+        data["baselines"] = [baseline.to_dict() for baseline in self.baselines]
         return data
+
+    @property
+    def methods(self) -> list[EvalReport]:
+        return [self, *self.baselines]
+
+    @property
+    def not_lossless(self) -> list[EvalReport]:
+        """The methods (this one and the baselines) whose greedy output differed from the target's."""
+        return [report for report in self.methods if report.lossless is False]
 
     def to_json(self) -> str:
         return dumps_json(self.to_dict())
@@ -104,10 +124,11 @@ class EvalReport:
             status = "lossless" if self.lossless else f"NOT LOSSLESS ({len(self.mismatched_prompts)} prompts differ)"
             if self.near_ties:
                 status += f", {self.near_ties} near-ties within {self.tie_tolerance:g} logits"
+        others = "".join(f"; {b.method} tau {b.tau:.2f} ({b.speedup:.2f}x)" for b in self.baselines)
         return (
-            f"tau {self.tau:.2f} (block {self.block_size}) over {self.total_cycles} cycles, "
+            f"{self.method} tau {self.tau:.2f} (block {self.block_size}) over {self.total_cycles} cycles, "
             f"{self.speculative_tokens_per_s:.1f} vs {self.target_tokens_per_s:.1f} tok/s "
-            f"({self.speedup:.2f}x), {status}"
+            f"({self.speedup:.2f}x), {status}{others}"
         )
 
     def render(self, console) -> None:
@@ -141,6 +162,20 @@ class EvalReport:
             count = self.acceptance_histogram.get(length, 0)
             histogram.add_row(str(length), str(count), f"{count / total:.1%}", "#" * round(40 * count / total))
         console.print(histogram)
+        if self.baselines:
+            self._render_comparison(console)
+
+    def _render_comparison(self, console) -> None:
+        from rich.table import Table
+
+        table = Table(title="same prompts, same target output: tau by draft method")
+        for column in ("method", "tau", "cycles", "speculative tok/s", "speed-up", "lossless"):
+            table.add_column(column, justify="left" if column == "method" else "right")
+        for report in self.methods:
+            lossless = "n/a" if report.lossless is None else ("yes" if report.lossless else "[bold red]NO[/]")
+            table.add_row(report.method, f"{report.tau:.3f}", str(report.total_cycles),
+                          f"{report.speculative_tokens_per_s:.1f}", f"{report.speedup:.2f}x", lossless)
+        console.print(table)
 
 
 def per_position_acceptance(histogram: dict[int, int], block_size: int) -> list[float]:
@@ -213,7 +248,7 @@ def check_greedy(
 
 def evaluate_drafter(
     target: str | Path | torch.nn.Module,
-    drafter: str | Path | DFlashDraftModel,
+    drafter: str | Path | DFlashDraftModel | None,
     prompts: str | Path | Sequence[Any],
     max_new_tokens: int = 256,
     tokenizer=None,
@@ -228,6 +263,11 @@ def evaluate_drafter(
     split: str | None = None,
     device: str | torch.device | None = None,
     tie_tolerance: float | None = None,
+    baselines: Sequence[str] = (),
+    ngram_max: int = 3,
+    ngram_min: int = 1,
+    mask_token_id: int | None = None,
+    more_drafters: Mapping[str, str | Path | DFlashDraftModel] | None = None,
 ) -> EvalReport:
     """Speculative vs plain decoding on every prompt; tau, histogram, tokens/s, lossless check.
 
@@ -239,6 +279,15 @@ def evaluate_drafter(
     the target (top-2 margin within `tie_tolerance`, default by dtype: `TIE_TOLERANCE`) is counted
     in `near_ties`, not a failure. Above 0 both sides sample (speculative sampling vs plain
     sampling, seeded by `seed`); single outputs then differ by design and `lossless` is None.
+
+    `baselines` (see `BASELINES`) are decoded on the same prompts with the same block size and
+    checked against the same plain target output: "ngram" drafts by prompt lookup (n-grams of
+    `ngram_max` down to `ngram_min` tokens), "untrained" is a drafter of the given drafter's config
+    with random weights (seeded by `seed`), or without a drafter one built from the target (its
+    `<|MASK|>` token, or `mask_token_id`). They land in `report.baselines`; without a drafter the
+    first baseline is the report itself. `more_drafters` (name -> drafter, e.g. the checkpoints of
+    a learning curve) are decoded the same way and reported after the baselines under their names,
+    so the plain target decode runs once for all of them.
     """
     if max_new_tokens < 1:
         raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -246,30 +295,54 @@ def evaluate_drafter(
         raise InputError(f"temperature must be a finite number >= 0, got {temperature}")
     if tie_tolerance is not None and not 0 <= tie_tolerance < float("inf"):
         raise InputError(f"tie_tolerance must be >= 0, got {tie_tolerance}")
+    unknown = [name for name in baselines if name not in BASELINES]
+    if unknown or len(set(baselines)) != len(baselines):
+        raise InputError(f"baselines must be distinct names among {', '.join(BASELINES)}; got {list(baselines)}")
+    more_drafters = dict(more_drafters or {})
+    clashing = sorted(set(more_drafters) & {"dflash", *BASELINES})
+    if clashing:
+        raise InputError(f"more_drafters may not be named {', '.join(clashing)} (method names of eval)")
+    if drafter is None and not baselines and not more_drafters:
+        raise InputError("evaluate_drafter needs a drafter or at least one baseline")
+    if not 1 <= ngram_min <= ngram_max:
+        raise InputError(f"n-gram sizes need 1 <= ngram_min <= ngram_max; got {ngram_min}, {ngram_max}")
     if isinstance(prompts, (str, Path)):
         prompts = read_prompts(prompts, limit=limit, split=split)
     # Bad prompts or a broken drafter are reported before the target spends seconds loading.
     drafter_from_path = isinstance(drafter, (str, Path))
     if drafter_from_path:
         drafter = load_drafter(drafter)
+    loaded = {name: load_drafter(model) if isinstance(model, (str, Path)) else model for name, model in more_drafters.items()}
     if isinstance(target, (str, Path)):
         target, tokenizer = _load_target(target, tokenizer, device or "cpu", dtype)
     target = target.eval()
     first = next(target.parameters())
-    drafter = drafter.to(device=first.device, dtype=first.dtype if drafter_from_path else None).eval()
-    _check_pair(target, drafter)
+    block = int(block_size or (drafter.block_size if drafter is not None else DEFAULT_BLOCK_SIZE))
+    drafters: dict[str, DFlashDraftModel] = {}
+    if drafter is not None:
+        drafters["dflash"] = drafter.to(device=first.device, dtype=first.dtype if drafter_from_path else None).eval()
+    if "untrained" in baselines:
+        drafters["untrained"] = untrained_drafter(target, drafter, block, mask_token_id, tokenizer, seed).to(
+            device=first.device, dtype=first.dtype).eval()
+    for name, model in loaded.items():
+        drafters[name] = model.to(device=first.device, dtype=first.dtype).eval()
+    for model in drafters.values():
+        _check_pair(target, model)
     if tokenizer is not None:
         thinking = choose_thinking(getattr(tokenizer, "chat_template", None), {}, enable_thinking, send_default=False)
         print(f"draftsmith: eval: {thinking.line}", file=sys.stderr)
         enable_thinking = thinking.kwargs.get("enable_thinking")  # not passed to a template without a switch
-    print(f"draftsmith: eval: {drafter_mask_line(drafter.config, tokenizer, target.get_input_embeddings().num_embeddings)}",
-          file=sys.stderr)
+    if drafter is not None:
+        rows = target.get_input_embeddings().num_embeddings
+        print(f"draftsmith: eval: {drafter_mask_line(drafter.config, tokenizer, rows)}", file=sys.stderr)
 
     encoded = _encode_prompts(list(prompts)[:limit] if limit else list(prompts), tokenizer, enable_thinking)
+    methods = [name for name in ("dflash", *baselines, *loaded) if name != "dflash" or drafter is not None]
     run = _Run(
-        target, drafter, stops=default_stop_token_ids(target, tokenizer), block=int(block_size or drafter.block_size),
+        target, stops=default_stop_token_ids(target, tokenizer), block=block,
         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
         tolerance=default_tie_tolerance(first.dtype) if tie_tolerance is None else tie_tolerance,
+        drafters=drafters, ngram=(ngram_max, ngram_min), methods=methods,
     )
     run.warm_up(encoded[0][1])
     for done, (prompt_id, ids) in enumerate(encoded, start=1):
@@ -277,9 +350,33 @@ def evaluate_drafter(
         if progress is not None:
             progress(done, len(encoded))
     report = run.report()
-    if strict and report.mismatched_prompts:
+    if strict and report.not_lossless:
         raise LosslessnessError(_mismatch_message(report))
     return report
+
+
+def untrained_drafter(
+    target, drafter: DFlashDraftModel | None, block_size: int, mask_token_id: int | None, tokenizer, seed: int
+) -> DFlashDraftModel:
+    """A drafter with random weights (seeded, as training starts from): of `drafter`'s config, or
+    without one of the default config for `target` (`block_size`, `mask_token_id` else the mask
+    token chosen from the target as train chooses it)."""
+    if drafter is not None:
+        config = drafter.config
+    else:
+        if mask_token_id is None and tokenizer is not None:
+            choice = choose_mask_token(tokenizer, target.get_input_embeddings().num_embeddings)
+            mask_token_id = choice.token_id if choice is not None else None
+        if mask_token_id is None:
+            raise InputError(
+                "--baseline untrained without --drafter: no safe mask token in the target's tokenizer; pass --mask-token-id")
+        try:
+            config = build_drafter_config(target.config, block_size=block_size, mask_token_id=mask_token_id)
+        except ValueError as error:
+            raise InputError(f"--baseline untrained: {error}") from None
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return DFlashDraftModel(config)
 
 
 def _load_target(path: str | Path, tokenizer, device: str | torch.device, dtype: torch.dtype):
@@ -313,67 +410,20 @@ def _encode_prompts(items: Sequence[Any], tokenizer, enable_thinking: bool | Non
 
 
 @dataclass
-class _Run:
-    """One eval: decodes each prompt both ways, checks greedy output, and tallies the report."""
+class _Tally:
+    """One draft method's per-prompt results and running totals."""
 
-    target: Any
-    drafter: DFlashDraftModel
-    stops: list[int]
-    block: int
-    max_new_tokens: int
-    temperature: float
-    seed: int
-    tolerance: float
+    method: str
     results: list[PromptResult] = field(default_factory=list)
     histogram: Counter = field(default_factory=Counter)
     accepted_at: list[int] = field(default_factory=list)  # cycles whose draft at position k+1 matched
     raw_accepted: int = 0
     spec_tokens: int = 0
     spec_seconds: float = 0.0
-    target_tokens: int = 0
-    target_seconds: float = 0.0
 
-    @property
-    def device(self) -> torch.device:
-        return next(self.target.parameters()).device
-
-    def warm_up(self, ids: list[int]) -> None:
-        """One short untimed pass of each decoder so first-call allocation does not skew the timings."""
-        warm = torch.tensor([ids], device=self.device)
-        greedy_decode(self.target, warm, min(4, self.max_new_tokens), self.stops)
-        speculative_decode(self.target, self.drafter, warm, min(4, self.max_new_tokens), self.stops, self.block)
-
-    def _generator(self, index: int) -> torch.Generator:
-        return torch.Generator(device=self.device).manual_seed(self.seed + index)
-
-    def prompt(self, prompt_id: str, ids: list[int], index: int) -> None:
-        input_ids = torch.tensor([ids], device=self.device)
-        near_ties: list[int] = []
-        if self.temperature > 0:
-            plain = sample_decode(self.target, input_ids, self.max_new_tokens, self.stops, self.temperature,
-                                  self._generator(index))
-            spec = speculative_decode(self.target, self.drafter, input_ids, self.max_new_tokens, self.stops, self.block,
-                                      temperature=self.temperature, generator=self._generator(index))
-            mismatch = _first_mismatch(plain.tokens, spec.tokens)  # reported, but expected at T > 0
-        else:
-            plain = greedy_decode(self.target, input_ids, self.max_new_tokens, self.stops)
-            spec = speculative_decode(self.target, self.drafter, input_ids, self.max_new_tokens, self.stops, self.block)
-            mismatch, near_ties = check_greedy(
-                self.target, input_ids, plain, spec.tokens, self.max_new_tokens, self.stops, self.tolerance
-            )
-        self._tally(spec, plain)
-        cycles = len(spec.acceptance_lengths)
-        self.results.append(PromptResult(
-            id=prompt_id, prompt_tokens=len(ids), new_tokens=len(spec.tokens), cycles=cycles,
-            # The first token comes from prefill, not from a cycle.
-            tau=(sum(spec.acceptance_lengths) / cycles) if cycles else 0.0,
-            speculative_seconds=spec.seconds, target_seconds=plain.seconds,
-            identical=mismatch is None, first_mismatch=mismatch, near_ties=near_ties,
-        ))
-
-    def _tally(self, spec: DecodeResult, plain: DecodeResult) -> None:
+    def add(self, spec: DecodeResult, block: int) -> None:
         if not self.accepted_at:
-            self.accepted_at = [0] * (self.block - 1)
+            self.accepted_at = [0] * (block - 1)
         self.histogram.update(spec.acceptance_lengths)
         self.raw_accepted += sum(spec.accepted_drafts)
         for count in spec.accepted_drafts:
@@ -381,22 +431,100 @@ class _Run:
                 self.accepted_at[position] += 1
         self.spec_tokens += len(spec.tokens)
         self.spec_seconds += spec.seconds
+
+
+@dataclass
+class _Run:
+    """One eval: decodes each prompt plainly once and with every draft method, checks greedy output
+    against the plain one, and tallies one report per method."""
+
+    target: Any
+    stops: list[int]
+    block: int
+    max_new_tokens: int
+    temperature: float
+    seed: int
+    tolerance: float
+    drafters: dict[str, DFlashDraftModel]
+    ngram: tuple[int, int]  # (max, min) n-gram size of prompt lookup
+    methods: list[str]
+    tallies: dict[str, _Tally] = field(default_factory=dict)
+    target_tokens: int = 0
+    target_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.tallies = {method: _Tally(method) for method in self.methods}
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.target.parameters()).device
+
+    def _speculative(self, method: str, input_ids: torch.Tensor, max_new_tokens: int, generator=None) -> DecodeResult:
+        sampling = {"temperature": self.temperature, "generator": generator} if self.temperature > 0 else {}
+        if method == "ngram":
+            return prompt_lookup_decode(self.target, input_ids, max_new_tokens, self.stops, self.block,
+                                        max_ngram=self.ngram[0], min_ngram=self.ngram[1], **sampling)
+        return speculative_decode(self.target, self.drafters[method], input_ids, max_new_tokens, self.stops,
+                                  self.block, **sampling)
+
+    def warm_up(self, ids: list[int]) -> None:
+        """One short untimed pass of each decoder so first-call allocation does not skew the timings."""
+        warm = torch.tensor([ids], device=self.device)
+        greedy_decode(self.target, warm, min(4, self.max_new_tokens), self.stops)
+        for method in self.methods:
+            self._speculative(method, warm, min(4, self.max_new_tokens))
+
+    def _generator(self, index: int) -> torch.Generator:
+        return torch.Generator(device=self.device).manual_seed(self.seed + index)
+
+    def prompt(self, prompt_id: str, ids: list[int], index: int) -> None:
+        input_ids = torch.tensor([ids], device=self.device)
+        sampling = self.temperature > 0
+        if sampling:
+            plain = sample_decode(self.target, input_ids, self.max_new_tokens, self.stops, self.temperature,
+                                  self._generator(index))
+        else:
+            plain = greedy_decode(self.target, input_ids, self.max_new_tokens, self.stops)
         self.target_tokens += len(plain.tokens)
         self.target_seconds += plain.seconds
+        for method in self.methods:
+            near_ties: list[int] = []
+            spec = self._speculative(method, input_ids, self.max_new_tokens, self._generator(index) if sampling else None)
+            if sampling:
+                mismatch = _first_mismatch(plain.tokens, spec.tokens)  # reported, but expected at T > 0
+            else:
+                mismatch, near_ties = check_greedy(
+                    self.target, input_ids, plain, spec.tokens, self.max_new_tokens, self.stops, self.tolerance
+                )
+            tally = self.tallies[method]
+            tally.add(spec, self.block)
+            cycles = len(spec.acceptance_lengths)
+            tally.results.append(PromptResult(
+                id=prompt_id, prompt_tokens=len(ids), new_tokens=len(spec.tokens), cycles=cycles,
+                # The first token comes from prefill, not from a cycle.
+                tau=(sum(spec.acceptance_lengths) / cycles) if cycles else 0.0,
+                speculative_seconds=spec.seconds, target_seconds=plain.seconds,
+                identical=mismatch is None, first_mismatch=mismatch, near_ties=near_ties,
+            ))
 
     def report(self) -> EvalReport:
+        first, *rest = [self._method_report(self.tallies[method]) for method in self.methods]
+        first.baselines = rest
+        return first
+
+    def _method_report(self, tally: _Tally) -> EvalReport:
         sampling = self.temperature > 0
-        total_cycles = sum(self.histogram.values())
-        mismatched = [] if sampling else [r.id for r in self.results if not r.identical]
-        spec_rate = self.spec_tokens / self.spec_seconds if self.spec_seconds else 0.0
+        total_cycles = sum(tally.histogram.values())
+        mismatched = [] if sampling else [r.id for r in tally.results if not r.identical]
+        spec_rate = tally.spec_tokens / tally.spec_seconds if tally.spec_seconds else 0.0
         target_rate = self.target_tokens / self.target_seconds if self.target_seconds else 0.0
         first = next(self.target.parameters())
         return EvalReport(
-            tau=(sum(k * v for k, v in self.histogram.items()) / total_cycles) if total_cycles else 0.0,
-            acceptance_histogram=dict(self.histogram),
+            tau=(sum(k * v for k, v in tally.histogram.items()) / total_cycles) if total_cycles else 0.0,
+            acceptance_histogram=dict(tally.histogram),
             block_size=self.block,
-            num_prompts=len(self.results),
-            total_new_tokens=self.spec_tokens,
+            num_prompts=len(tally.results),
+            total_new_tokens=tally.spec_tokens,
             total_cycles=total_cycles,
             speculative_tokens_per_s=spec_rate,
             target_tokens_per_s=target_rate,
@@ -404,30 +532,35 @@ class _Run:
             lossless=None if sampling else not mismatched,
             mismatched_prompts=mismatched,
             max_new_tokens=self.max_new_tokens,
-            per_prompt=self.results,
+            per_prompt=tally.results,
             temperature=self.temperature,
-            per_position_acceptance=per_position_acceptance(self.histogram, self.block),
+            per_position_acceptance=per_position_acceptance(tally.histogram, self.block),
             # Counted like vLLM's /metrics: a draft that matched counts even past a stop token.
-            tau_engine_counting=1 + self.raw_accepted / total_cycles if total_cycles else 0.0,
+            tau_engine_counting=1 + tally.raw_accepted / total_cycles if total_cycles else 0.0,
             per_position_acceptance_engine_counting=[
-                count / total_cycles if total_cycles else 0.0 for count in self.accepted_at or [0] * (self.block - 1)
+                count / total_cycles if total_cycles else 0.0 for count in tally.accepted_at or [0] * (self.block - 1)
             ],
             tie_tolerance=None if sampling else self.tolerance,
-            near_ties=sum(len(r.near_ties) for r in self.results),
-            near_tie_prompts=[r.id for r in self.results if r.near_ties],
+            near_ties=sum(len(r.near_ties) for r in tally.results),
+            near_tie_prompts=[r.id for r in tally.results if r.near_ties],
             device=str(first.device),
             dtype=str(first.dtype).removeprefix("torch."),
+            method=tally.method,
         )
 
 
 def _mismatch_message(report: EvalReport) -> str:
-    details = ", ".join(
-        f"{r.id} (first difference at new token {r.first_mismatch})" for r in report.per_prompt if not r.identical
-    )
-    return (
-        f"speculative greedy output differs from plain greedy target output for {len(report.mismatched_prompts)} "
-        f"of {report.num_prompts} prompts: {details}"
-    )
+    messages = []
+    for method in report.not_lossless:
+        details = ", ".join(
+            f"{r.id} (first difference at new token {r.first_mismatch})" for r in method.per_prompt if not r.identical
+        )
+        messages.append(
+            f"{'' if method.method == 'dflash' else method.method + ': '}speculative greedy output differs from "
+            f"plain greedy target output for {len(method.mismatched_prompts)} of {method.num_prompts} prompts: {details}"
+        )
+    return "; ".join(messages)
+
 
 
 def _check_pair(target, drafter: DFlashDraftModel) -> None:

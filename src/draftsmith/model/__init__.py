@@ -22,6 +22,7 @@ __getattr__, __all__ = lazy_exports(
         "LayerFeatureTap": "features",
         "decoder_layers": "features",
         "ensure_mask_token": "features",
+        "init_drafter_from_target": "features",
         "extract_target_features": "features",
         "feature_definition_warning": "features",
         "freeze": "features",
@@ -46,5 +47,7 @@ __getattr__, __all__ = lazy_exports(
         "greedy_decode": "speculative",
         "sample_decode": "speculative",
         "speculative_decode": "speculative",
+        "prompt_lookup_decode": "speculative",
+        "prompt_lookup_drafts": "speculative",
     },
 )

@@ -314,3 +314,54 @@ def ensure_mask_token(tokenizer, target_model: nn.Module | None = None) -> int:
             target_model.resize_token_embeddings(existing + 1)
     return existing
 
+
+
+# Drafter layer parameter -> the same parameter's name in a Llama/Qwen-style target decoder layer.
+_LAYER_PARAMETERS = (
+    "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+    "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias", "self_attn.o_proj.bias",
+    "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+    "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+    "input_layernorm.weight", "post_attention_layernorm.weight",
+)  # fmt: skip
+
+
+def _final_norm(target_model: nn.Module) -> nn.Module | None:
+    for owner in (_decoder(target_model), getattr(target_model, "model", None)):
+        for candidate in (owner, getattr(owner, "language_model", None)):
+            norm = getattr(candidate, "norm", None)
+            if isinstance(norm, nn.Module):
+                return norm
+    return None
+
+
+@torch.no_grad()
+def init_drafter_from_target(drafter: nn.Module, target_model: nn.Module, source_layers: Sequence[int] | None = None) -> list[str]:
+    """Copy the target's decoder layers into the drafter's where shapes agree; returns what was copied.
+
+    Draft layer i takes target layer `source_layers[i]` (default: the target's last layers, in
+    order: they turn hidden states into next-token predictions, the drafter's job), the drafter's
+    final norm takes the target's. Attention, MLP and norms copy; a parameter the target lacks
+    (Qwen3's q_norm/k_norm in a Llama target) or whose shape differs keeps its random init, and
+    `fc` (k target features -> hidden) has no counterpart. The copy is exact, so the caller can
+    check it.
+    """
+    layers = decoder_layers(target_model)
+    count = len(drafter.layers)
+    if source_layers is None:
+        source_layers = list(range(max(0, len(layers) - count), len(layers)))[-count:]
+    source_layers = [int(i) for i in source_layers]
+    if len(source_layers) != count or not all(0 <= i < len(layers) for i in source_layers):
+        raise ValueError(f"source_layers {source_layers} must name {count} of the target's {len(layers)} layers")
+    copied: list[str] = []
+    for index, source in enumerate(source_layers):
+        theirs = dict(layers[source].named_parameters())
+        for name, parameter in drafter.layers[index].named_parameters():
+            if name in _LAYER_PARAMETERS and name in theirs and theirs[name].shape == parameter.shape:
+                parameter.copy_(theirs[name].to(parameter.dtype))
+                copied.append(f"layers.{index}.{name} <- target layer {source}")
+    norm = _final_norm(target_model)
+    if norm is not None and getattr(norm, "weight", None) is not None and norm.weight.shape == drafter.norm.weight.shape:
+        drafter.norm.weight.copy_(norm.weight.to(drafter.norm.weight.dtype))
+        copied.append("norm.weight <- target final norm")
+    return copied

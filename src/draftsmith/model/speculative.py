@@ -231,6 +231,89 @@ def speculative_decode(
     return DecodeResult(tokens[:max_new_tokens], time.perf_counter() - started, acceptance_lengths, accepted_drafts)
 
 
+def prompt_lookup_drafts(context: Sequence[int], num_drafts: int, max_ngram: int = 3, min_ngram: int = 1) -> list[int]:
+    """Prompt-lookup (n-gram) drafts: the tokens that followed the earliest earlier occurrence of the
+    context's last n tokens, n from `max_ngram` down to `min_ngram`; [] when nothing matches.
+
+    The classic rule (Saxena's prompt-lookup decoding, transformers' `prompt_lookup_num_tokens`):
+    the context is the prompt plus everything generated so far, and a longer match wins.
+    """
+    length = len(context)
+    for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
+        tail = list(context[length - n:])
+        first = tail[0]
+        for start in range(length - n):
+            if context[start] == first and list(context[start:start + n]) == tail:
+                return list(context[start + n: start + n + num_drafts])
+    return []
+
+
+@torch.inference_mode()
+def prompt_lookup_decode(
+    target,
+    input_ids: torch.Tensor,
+    max_new_tokens: int,
+    stop_token_ids: Sequence[int] | None = None,
+    block_size: int = 16,
+    max_ngram: int = 3,
+    min_ngram: int = 1,
+    temperature: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> DecodeResult:
+    """Speculative decoding with prompt-lookup drafts instead of a drafter: the baseline a DFlash
+    drafter must beat. Cycles, `acceptance_lengths` and verification are `speculative_decode`'s:
+    the target verifies [last token, up to B-1 drafts] in one forward; a cycle without a match
+    verifies the last token alone and commits one token. Above temperature 0 the drafts are
+    deterministic (q is one-hot), so speculative sampling keeps a draft x with probability p(x).
+    """
+    if input_ids.shape[0] != 1:
+        raise ValueError(f"prompt_lookup_decode runs one sequence at a time; got a batch of {input_ids.shape[0]}")
+    if not 1 <= min_ngram <= max_ngram:
+        raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+    stops = stop_set(stop_token_ids)
+    device = input_ids.device
+    sampling = temperature > 0
+
+    def probabilities(logits: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(logits.float() / temperature, -1)
+
+    started = time.perf_counter()
+    cache = _new_cache(target.config)
+    cache_kwarg = _cache_kwarg(target)
+    prompt_len = input_ids.shape[1]
+    output = target(input_ids, use_cache=True, logits_to_keep=1, **{cache_kwarg: cache})
+    first = output.logits[0, -1]
+    tokens = [_sample(probabilities(first), generator) if sampling else int(first.argmax())]
+    context = input_ids[0].tolist() + tokens
+    acceptance_lengths: list[int] = []
+    accepted_drafts: list[int] = []
+    while tokens[-1] not in stops and len(tokens) < max_new_tokens:
+        anchor_position = prompt_len + len(tokens) - 1
+        room = min(block_size, max_new_tokens - len(tokens)) - 1
+        drafts = prompt_lookup_drafts(context, room, max_ngram, min_ngram) if room > 0 else []
+        block = torch.tensor([[tokens[-1], *drafts]], device=device)
+        output = target(
+            block,
+            position_ids=torch.arange(anchor_position, anchor_position + block.shape[1], device=device).unsqueeze(0),
+            use_cache=True,
+            **{cache_kwarg: cache},
+        )
+        if sampling:
+            one_hot = torch.nn.functional.one_hot(block[0, 1:], output.logits.shape[-1]).float()
+            accepted, next_token = _verify_sampled(
+                block[0, 1:], one_hot, probabilities(output.logits[0]), generator, accept_probability
+            )
+        else:
+            accepted, next_token = _verify_greedy(block[0, 1:], output.logits[0])
+        new_tokens = _cut_at_stop(drafts[:accepted] + [next_token], stops)
+        tokens.extend(new_tokens)
+        context.extend(new_tokens)
+        acceptance_lengths.append(len(new_tokens))
+        accepted_drafts.append(accepted)
+        _crop(cache, anchor_position + accepted + 1)
+    return DecodeResult(tokens[:max_new_tokens], time.perf_counter() - started, acceptance_lengths, accepted_drafts)
+
+
 def _draft_into(drafter, block, context, anchor_position, drafter_cache, embed, lm_head, probabilities, generator):
     """Fill block[0, 1:] with the drafter's tokens in one forward over [new context, block].
 

@@ -17,7 +17,7 @@ Beta = Annotated[float, Field(ge=0, lt=1)]
 
 _PANELS = {
     "Data": ("data", "split", "offline_features", "max_length", "num_anchors", "data_workers"),
-    "Model": ("target", "block_size", "num_draft_layers", "target_layer_ids", "num_features", "mask_token_id", "dtype",
+    "Model": ("target", "block_size", "num_draft_layers", "target_layer_ids", "num_features", "mask_token_id", "init_from_target", "dtype",
               "gradient_checkpointing", "attention", "device", "sharding", "num_threads"),
     "Optimization": ("gamma", "epochs", "max_steps", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
                      "grad_accum", "batch_size", "seed"),
@@ -46,6 +46,8 @@ class TrainConfig(BaseModel):
     target_layer_ids: list[int] | None = Field(None, description="target layers to capture (default: spread)")
     num_features: int = Field(5, ge=1, description="captured target layers when target_layer_ids is unset")
     mask_token_id: int | None = Field(None, ge=0, description="default: chosen from the target (its <|MASK|>, a padding row, an unused reserved token)")
+    init_from_target: bool = Field(
+        False, description="start the draft layers (and final norm) as copies of the target's last layers where shapes agree")
     num_anchors: int = Field(512, ge=1, description="max blocks per sequence, resampled each epoch")
     gamma: float | None = Field(None, gt=0, description="loss decay; default 7/5/4 for B=16/10/8")
     max_length: int = Field(3072, ge=2, description="truncate each sequence to this many tokens")

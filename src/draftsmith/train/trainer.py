@@ -142,6 +142,8 @@ class DrafterTrainer:
         # The same seed gives the same initial drafter on every rank and in every mode.
         torch.manual_seed(config.seed)
         self.drafter = DFlashDraftModel(self.drafter_config).to(self.device, torch.float32)
+        if config.init_from_target:
+            self._init_from_target(load_target_model)
         if config.gradient_checkpointing:
             enable = getattr(self.drafter, "activation_checkpointing_enable", None) or self.drafter.gradient_checkpointing_enable
             enable()
@@ -152,6 +154,17 @@ class DrafterTrainer:
         self.last_grad_norm = torch.zeros((), device=self.device)
         self.source = StepSource(dataset, seed=config.seed, num_anchors=config.num_anchors, block_size=config.block_size,
                                  mask_token_id=self.mask_token_id, features=self.features)  # fmt: skip
+
+    def _init_from_target(self, load_target_model) -> None:
+        from draftsmith.model import init_drafter_from_target
+
+        # Offline and sharded runs hold no whole target here: read one on the CPU just for the copy.
+        whole = self.target if self.target is not None and self.config.sharding != "fsdp" else None
+        source = whole if whole is not None else load_target_model(self.config.target, "cpu", torch.float32)
+        copied = init_drafter_from_target(self.drafter, source)
+        del source
+        if self.context.is_main:
+            print(f"train: --init-from-target copied {len(copied)} tensors from the target", file=sys.stderr, flush=True)
 
     def _feature_source(self, target_config):
         """(FeatureStore or None, the captured layer ids) after checking offline features fit the run."""
