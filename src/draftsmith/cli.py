@@ -48,6 +48,7 @@ STAGE_MODULES = (
     "serve",
     "demo",
     "tiny",
+    "models",
 )
 
 
