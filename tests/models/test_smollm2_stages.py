@@ -163,5 +163,45 @@ def test_check_is_clean_against_the_original_folder(smollm2, exported):
     print(json.dumps(report["findings"], indent=2))
     assert [f for f in report["findings"] if f["severity"] == "error"] == [], report["findings"]
     assert report["parity"]["status"] == "passed", report["parity"]
-    # The one warning: mask id 0 is a real token, from MASK_FLAGS (until defaults land).
-    assert [f["check"] for f in report["findings"]] == ["mask"], report["findings"]
+    # Two warnings, both until defaults land: mask id 0 is a real token (MASK_FLAGS), and export
+    # writes tie_word_embeddings false for this tied target.
+    assert [f["check"] for f in report["findings"]] == ["mask", "heads"], report["findings"]
+
+
+def test_vllm_cpu_serves_the_export_over_the_llama_target(smollm2, exported, tmp_path_factory):
+    """vLLM's DFlash path runs a drafter over a Llama target on CPU: the drafter is consulted (drafts
+    counted in /metrics) and the greedy answer is the target's own (float32 both sides)."""
+    import urllib.request
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from draftsmith.engines import EngineNotInstalled, vllm_server
+
+    from real_model import unavailable
+
+    messages = [{"role": "user", "content": HELD_OUT[0]}]
+    try:
+        server = vllm_server(smollm2.hf_dir, served_model_name="smollm2-135m", reasoning_parser=None,
+                             startup_timeout_s=400, log_path=tmp_path_factory.mktemp("engine-logs") / "vllm-dflash.log",
+                             extra_args=["--speculative-config", json.dumps(
+                                 {"method": "dflash", "model": str(exported), "num_speculative_tokens": 7})])
+    except EngineNotInstalled as error:
+        unavailable(str(error))
+    with server:
+        body = {"model": "smollm2-135m", "messages": messages, "max_tokens": 32, "temperature": 0}
+        request = urllib.request.Request(f"{server.api_url}/chat/completions", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=300) as response:
+            served = json.loads(response.read())["choices"][0]["message"]["content"]
+        with urllib.request.urlopen(f"{server.base_url}/metrics", timeout=30) as response:
+            metrics = response.read().decode()
+    drafts = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                 if line.startswith("vllm:spec_decode_num_drafts_total"))
+    assert drafts > 0, "vLLM never ran the drafter"
+    tokenizer = AutoTokenizer.from_pretrained(smollm2.hf_dir)
+    model = AutoModelForCausalLM.from_pretrained(smollm2.hf_dir).eval()
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
+    with torch.no_grad():
+        greedy = model.generate(ids, max_new_tokens=32, do_sample=False)[0, ids.shape[1]:]
+    assert served == tokenizer.decode(greedy, skip_special_tokens=True), (served, tokenizer.decode(greedy))
