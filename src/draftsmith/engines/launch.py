@@ -440,14 +440,16 @@ def main(argv: list[str] | None = None) -> int:
     except DraftsmithError as error:
         print(f"draftsmith: error: {error}", file=sys.stderr)
         return error.exit_code
-    print(f"{server.kind} ready in {server.last_start_s:.1f} s: {server.api_url} (model {server.model_name!r})")
 
     def interrupted(signum, frame):
         raise KeyboardInterrupt
 
-    # A plain `kill` must stop the engine too, not orphan it in its own session.
+    # A plain `kill` must stop the engine too, not orphan it in its own session; installed before
+    # the ready line, which is what a caller waits for before it may send one.
     signal.signal(signal.SIGTERM, interrupted)
     try:
+        print(f"{server.kind} ready in {server.last_start_s:.1f} s: {server.api_url} (model {server.model_name!r})",
+              flush=True)
         while server.alive():
             time.sleep(0.5)
         print(f"{server.kind} exited; log tail:\n{server.log_tail()}", file=sys.stderr)
