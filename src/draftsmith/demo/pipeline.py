@@ -165,7 +165,7 @@ def _evaluate(config: DemoConfig, target: Path, drafter_dir: Path, eval_file: Pa
     untrained = DFlashDraftModel(trained.config).eval()
     reports = {
         name: evaluate_drafter(target, drafter, eval_file, max_new_tokens=config.eval_max_new_tokens,
-                               enable_thinking=_thinking(config))
+                               enable_thinking=None if config.target == TINY else _thinking(config))
         for name, drafter in (("untrained", untrained), ("trained", trained))
     }
     for name, report in reports.items():
