@@ -1,6 +1,6 @@
 """The package's layers, checked on every module's imports (top-level and inside functions).
 
-    core  <-  data  <-  client, model, tiny  <-  stages  <-  cli, demo, engines
+    core  <-  data  <-  client, model, tiny, models  <-  stages  <-  cli, demo, engines
 
 - A module may import its own package and any lower layer, never a higher one.
 - A stage (plan, audit, bench, generate, tokenize, train, evaluate, export, serve) never imports
@@ -9,8 +9,9 @@
 - `draftsmith.cli` and `draftsmith.demo` compose stages (the CLI wires tokenize's post-write audit
   gate, the demo runs every stage).
 - `tiny` builds the tiny target model and synthetic prompts for tests and the demo: a model-layer
-  helper. `engines` installs and launches real serving engines: a top-level dev tool that nothing in
-  the package imports.
+  helper. `models` fetches real pretrained targets (and converts GGUF files) for users, tests and
+  the demo: a model-layer helper beside `tiny`. `engines` installs and launches real serving
+  engines: a top-level dev tool that nothing in the package imports.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ STAGES = {"plan", "audit", "bench", "generate", "tokenize", "train", "evaluate",
 RANK = {
     "core": 0,
     "data": 1,
-    "client": 2, "model": 2, "tiny": 2,
+    "client": 2, "model": 2, "tiny": 2, "models": 2,
     **{stage: 3 for stage in STAGES},
     "cli": 4, "demo": 4, "gates": 4, "engines": 4, "__main__": 4, "__init__": 4,
 }

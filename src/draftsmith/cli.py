@@ -49,6 +49,7 @@ STAGE_MODULES = (
     "serve",
     "demo",
     "tiny",
+    "models",
 )
 
 

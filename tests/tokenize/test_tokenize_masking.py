@@ -8,7 +8,7 @@ import pytest
 from draftsmith.data.sources import Record
 from draftsmith.tokenize.masking import RowDropped
 from draftsmith.tokenize.pipeline import masker_row
-from chat_templates import tool_call_template
+from chat_templates import SMOLLM2_DEFAULT_SYSTEM, SMOLLM2_TEMPLATE, tool_call_template
 from tokenize_helpers import CHATML_TEMPLATE, generation_marker_template, tokenizer_with_template
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
@@ -190,6 +190,21 @@ def test_chatml_template_without_markers_or_reasoning(make_masker, tiny_target_d
     assert built.method == "template_prefix"
     assert trained_text(masker, built) == f"{ANSWER}<|im_end|>"
     assert 0 < built.loss_mask.sum() < len(built.loss_mask)
+
+
+@pytest.mark.parametrize("with_system", [False, True], ids=["default-system-prompt", "own-system-prompt"])
+def test_smollm2_template_inserting_a_default_system_prompt_masks_exactly(make_masker, tiny_target_dir, with_system):
+    masker = make_masker(tokenizer=tokenizer_with_template(tiny_target_dir, SMOLLM2_TEMPLATE))
+    earlier = [USER, assistant("An earlier answer.", reasoning=None), {"role": "user", "content": "And again?"}]
+    messages = ([SYSTEM] if with_system else []) + earlier + [assistant(reasoning=None)]
+    built = masker.build(row(messages))
+    assert built.verified
+    assert trained_text(masker, built) == f"{ANSWER}<|im_end|>"
+    prefix = untrained_prefix(masker, built)
+    assert prefix == masker.tokenizer.apply_chat_template(messages[:-1], tokenize=False, add_generation_prompt=True)
+    assert (SMOLLM2_DEFAULT_SYSTEM in prefix) is not with_system
+    assert prefix.endswith("<|im_start|>user\nAnd again?<|im_end|>\n<|im_start|>assistant\n")
+    assert masker.render(messages).endswith(trained_text(masker, built) + "\n")
 
 
 ANSWER_ONLY_TEMPLATE = (

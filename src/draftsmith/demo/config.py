@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # The question that motivated draftsmith (README "Why"): 914,000 samples of about 2,500 output tokens.
 SEED_SAMPLES = 914_000
@@ -17,6 +17,8 @@ class DemoConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     workdir: Path = Field(Path("runs/demo"), description="Where every stage writes its output (replaced).")
+    target: str = Field("tiny", description="tiny (built locally) or a real model `draftsmith models fetch` knows: "
+                        "smollm2-135m (fetched once, then cached).")
     train_prompts: int = Field(320, ge=8, description="Prompts to regenerate and train on.")
     eval_prompts: int = Field(12, ge=1, description="Held-out prompts for speculative decoding.")
     max_tokens: int = Field(192, ge=1, description="Output tokens per regenerated sample.")
@@ -30,6 +32,15 @@ class DemoConfig(BaseModel):
     eval_max_new_tokens: int = Field(128, ge=1, description="Tokens decoded per held-out prompt.")
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice).")
     seed: int = Field(0, description="Seed of the prompts, the training and the untrained drafter.")
+
+    @field_validator("target")
+    @classmethod
+    def _known_target(cls, value: str) -> str:
+        from draftsmith.models.registry import KNOWN_MODELS
+
+        if value != "tiny" and value not in KNOWN_MODELS:
+            raise ValueError(f"unknown target {value!r}; known: tiny, {', '.join(sorted(KNOWN_MODELS))}")
+        return value
 
 
 @dataclass

@@ -5,7 +5,8 @@ OpenAI-compatible HTTP server, `generate` regenerates every completion with thin
 builds loss-masked rows from the engine's own token ids and audits them, `plan` extrapolates the
 measured throughput to the seed's question (914k samples x 2,500 tokens), `train` fits a DFlash
 drafter online, `eval` measures acceptance length by real speculative decoding against an
-untrained drafter of the same shape, and `export` writes the serving checkpoint.
+untrained drafter of the same shape, and `export` writes the serving checkpoint. `--target
+smollm2-135m` runs the same stages on a real pretrained model (fetched by `draftsmith.models`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from draftsmith.core.lock import claim_directory, lock_directory
 from draftsmith.demo.config import SEED_OUTPUT_TOKENS, SEED_SAMPLES, DemoConfig, DemoResult
 
 MARKER = ".draftsmith-demo"
+TINY = "tiny"
 
 
 @contextlib.contextmanager
@@ -81,18 +83,27 @@ def _write_prompts(config: DemoConfig, work: Path) -> tuple[Path, Path]:
     return prompts_file, eval_file
 
 
+def _thinking(config: DemoConfig) -> bool:
+    # The tiny target is a thinking model; the real ones the demo fetches are not.
+    return config.target == TINY  # until defaults land (thinking read from the chat template)
+
+
 def _generate(config: DemoConfig, target: Path, prompts_file: Path, work: Path, log) -> Any:
     from draftsmith.generate import GenerateConfig, generate
+    from draftsmith.generate.config import GuardConfig
     from draftsmith.serve.process import ServeProcess
 
     # Greedy regeneration: the drafter learns exactly what the target says at T=0, which is what
     # the greedy, lossless eval below measures.
-    with ServeProcess(["--model", str(target), "--served-model-name", "tiny",
+    thinking = _thinking(config)
+    with ServeProcess(["--model", str(target), "--served-model-name", config.target,
                        "--max-batch-size", str(config.concurrency)]) as server:
         summary = generate(
             GenerateConfig(inputs=[prompts_file], output_dir=work / "generated", endpoints=[server.url],
                            max_tokens=config.max_tokens, temperature=0.0, top_p=None,
-                           concurrency=config.concurrency, return_token_ids=True, progress=False),
+                           concurrency=config.concurrency, return_token_ids=True, progress=False,
+                           chat_template_kwargs={"enable_thinking": thinking},
+                           guard=GuardConfig(expect_reasoning=thinking)),
             log=log,
         )
     if not summary.ok:
@@ -124,6 +135,11 @@ def plan_seed_question(tokens_per_s: float) -> float:
     return plan.to_dict()["wall_time"]["days"]
 
 
+def _mask_token_id(config: DemoConfig) -> int | None:
+    # SmolLM2's tokenizer has no <|MASK|>; <|endoftext|> (id 0) never occurs in a chat rendering.
+    return None if config.target == TINY else 0  # until defaults land (the mask token chosen automatically)
+
+
 def _train(config: DemoConfig, target: Path, tokenized: Path, work: Path, log) -> Any:
     from draftsmith.train import TrainConfig, train_drafter
 
@@ -131,7 +147,8 @@ def _train(config: DemoConfig, target: Path, tokenized: Path, work: Path, log) -
         TrainConfig(target=target, data=tokenized, out=work / "train", block_size=config.block_size,
                     num_draft_layers=config.draft_layers, max_steps=config.train_steps, epochs=1000,
                     batch_size=config.batch_size, lr=config.lr, seed=config.seed, progress=False,
-                    log_every=max(1, config.train_steps // 6), num_threads=config.threads)
+                    log_every=max(1, config.train_steps // 6), num_threads=config.threads,
+                    mask_token_id=_mask_token_id(config))
     )
     log(f"[demo] train: loss {result.first_loss:.3f} -> {result.final_loss:.3f} in {result.steps} steps")
     return result
@@ -147,7 +164,8 @@ def _evaluate(config: DemoConfig, target: Path, drafter_dir: Path, eval_file: Pa
     torch.manual_seed(config.seed)
     untrained = DFlashDraftModel(trained.config).eval()
     reports = {
-        name: evaluate_drafter(target, drafter, eval_file, max_new_tokens=config.eval_max_new_tokens)
+        name: evaluate_drafter(target, drafter, eval_file, max_new_tokens=config.eval_max_new_tokens,
+                               enable_thinking=None if config.target == TINY else _thinking(config))
         for name, drafter in (("untrained", untrained), ("trained", trained))
     }
     for name, report in reports.items():
@@ -170,15 +188,23 @@ def _run_stages(config: DemoConfig, work: Path, log: Callable[[str], None]) -> D
     import torch
 
     from draftsmith.export.exporter import export_drafter
-    from draftsmith.tiny import build_tiny_target
 
     if config.threads:
         torch.set_num_threads(config.threads)
     timings: dict[str, float] = {}
-    with _stage("build the tiny target", timings, log):
-        target = build_tiny_target(log=log)
+    if config.target == TINY:
+        from draftsmith.tiny import build_tiny_target
+
+        with _stage("build the tiny target", timings, log):
+            target = build_tiny_target(log=log)
+    else:
+        from draftsmith.models import fetch_model
+
+        with _stage(f"fetch the real target {config.target}", timings, log):
+            target = fetch_model(config.target, log=log).hf_dir
     prompts_file, eval_file = _write_prompts(config, work)
-    with _stage("generate (tiny target served over HTTP, thinking on)", timings, log):
+    with _stage(f"generate ({config.target} served over HTTP, thinking {'on' if _thinking(config) else 'off'})",
+                timings, log):
         summary = _generate(config, target, prompts_file, work, log)
     with _stage("tokenize + audit", timings, log):
         tokenized, report = _tokenize_and_audit(target, work, log)

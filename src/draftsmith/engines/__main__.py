@@ -8,7 +8,7 @@ USAGE = """usage: python -m draftsmith.engines COMMAND [ARGS]
 
 commands:
   gguf [MODEL_DIR] [--out FILE]      convert a HF model dir (default: the tiny target) to GGUF
-  start {vllm,llama-server} [--model M] [--port P]
+  start {vllm,llama-server} [--model M] [--name N] [--threads T] [--port P]
                                      serve a model on 127.0.0.1 until Ctrl-C
 """
 

@@ -341,6 +341,7 @@ def llama_server(
     parallel: int = 8,
     threads: int = 1,
     reasoning_format: str = "deepseek",
+    repack: bool = False,
     extra_args: Sequence[str] = (),
     env: dict[str, str] | None = None,
     log_path: str | Path | None = None,
@@ -352,6 +353,10 @@ def llama_server(
     One thread by default: llama.cpp's threads meet at spinning barriers every token, and on a
     shared 2-core machine (CI, a laptop running tests) `-t 2` measured 5x slower than `-t 1` for
     the tiny target (about 150 vs 850 tok/s sequential). Give a real model more.
+
+    Weight repacking is off by default: on a CPU with AMX, llama.cpp repacks quantised weights for
+    its AMX kernels, and `ggml_backend_amx_mul_mat` segfaults (exit -11) on SmolLM2's Q4_1 GGUF in
+    the warm-up run (measured with this build); without repacking the generic kernels serve it.
     """
     port = port or free_port()
     argv = [
@@ -360,9 +365,47 @@ def llama_server(
         "-c", str(ctx_size), "-np", str(parallel), "-t", str(threads),
         "--no-webui", "--jinja", "--reasoning-format", reasoning_format,
     ]
+    if not repack:
+        argv.append("--no-repack")
     argv += list(extra_args)
     return EngineServer("llama-server", argv, port=port, model_name=alias, env=_engine_env(env),
                         log_path=log_path, startup_timeout_s=startup_timeout_s)
+
+
+def _served_name(model: Path) -> str:
+    """The name a model is served under: a fetched model's own name (draftsmith_model.json), else the
+    folder's name, or the GGUF file's stem."""
+    import json
+
+    stamp = model / "draftsmith_model.json" if model.is_dir() else model.parent / "hf" / "draftsmith_model.json"
+    try:
+        name = json.loads(stamp.read_text()).get("name")
+    except (OSError, ValueError):
+        name = None
+    return name or (model.name if model.is_dir() else model.stem)
+
+
+def _resolve_model(name: str | None, engine: str, log) -> tuple[Path, str]:
+    """(the path the engine loads, the served name) for --model: a known model name, a path, or the tiny target."""
+    if name is None:
+        from draftsmith.tiny import build_tiny_target
+
+        model, served = build_tiny_target(log=log), "tiny"
+    else:
+        from draftsmith.models.registry import KNOWN_MODELS
+
+        if name in KNOWN_MODELS and not Path(name).exists():
+            from draftsmith.models import fetch_model
+
+            fetched = fetch_model(name, log=log)
+            return (fetched.hf_dir if engine == "vllm" else fetched.gguf), name
+        model = Path(name)
+        served = _served_name(model)
+    if engine == "llama-server" and model.is_dir():
+        from draftsmith.engines.gguf import convert_to_gguf
+
+        model = convert_to_gguf(model)
+    return model, served
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -375,38 +418,38 @@ def main(argv: list[str] | None = None) -> int:
         description="Start a real engine on 127.0.0.1 and keep it running until Ctrl-C.",
     )
     parser.add_argument("engine", choices=["vllm", "llama-server"])
-    parser.add_argument("--model", help="HF model dir (vllm) or .gguf / HF dir (llama-server); "
-                        "default: the built-in tiny target")
+    parser.add_argument("--model", help="a known model (smollm2-135m: fetched), an HF model dir (vllm) or "
+                        ".gguf / HF dir (llama-server); default: the built-in tiny target")
+    parser.add_argument("--name", help="the served model name; default: the model's own (tiny, smollm2-135m, "
+                        "the folder's name or the GGUF's stem)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="llama-server threads; default 1 for the tiny target, else every core")
     parser.add_argument("--port", type=int, default=None)
     args = parser.parse_args(argv)
+    log = lambda message: print(message, file=sys.stderr)  # noqa: E731
     try:
-        if args.model:
-            model = Path(args.model)
-        else:
-            from draftsmith.tiny import build_tiny_target
-
-            model = build_tiny_target(log=lambda message: print(message, file=sys.stderr))
+        model, served = _resolve_model(args.model, args.engine, log)
+        served = args.name or served
         if args.engine == "vllm":
-            server = vllm_server(model, port=args.port)
+            server = vllm_server(model, port=args.port, served_model_name=served)
         else:
-            if model.is_dir():
-                from draftsmith.engines.gguf import convert_to_gguf
-
-                model = convert_to_gguf(model)
-            server = llama_server(model, port=args.port)
+            threads = args.threads or (1 if args.model is None else (os.cpu_count() or 1))
+            server = llama_server(model, port=args.port, alias=served, threads=threads)
         print(f"starting {server.kind} (log: {server.log_path}) ...", file=sys.stderr)
         server.start()
     except DraftsmithError as error:
         print(f"draftsmith: error: {error}", file=sys.stderr)
         return error.exit_code
-    print(f"{server.kind} ready in {server.last_start_s:.1f} s: {server.api_url} (model {server.model_name!r})")
 
     def interrupted(signum, frame):
         raise KeyboardInterrupt
 
-    # A plain `kill` must stop the engine too, not orphan it in its own session.
+    # A plain `kill` must stop the engine too, not orphan it in its own session; installed before
+    # the ready line, which is what a caller waits for before it may send one.
     signal.signal(signal.SIGTERM, interrupted)
     try:
+        print(f"{server.kind} ready in {server.last_start_s:.1f} s: {server.api_url} (model {server.model_name!r})",
+              flush=True)
         while server.alive():
             time.sleep(0.5)
         print(f"{server.kind} exited; log tail:\n{server.log_tail()}", file=sys.stderr)
