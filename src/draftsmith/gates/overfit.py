@@ -106,9 +106,9 @@ def plant_fault(export_dir: str | Path, fault: str, out: str | Path) -> Path:
         mask = int(flash["mask_token_id"])
         flash["mask_token_id"] = mask - 1 if mask > 0 else mask + 1
     elif fault == "rope theta x100":
-        for holder in (config, config.get("rope_parameters") or {}):
-            if "rope_theta" in holder:
-                holder["rope_theta"] = 100 * float(holder["rope_theta"])
+        holders = [holder for holder in (config, config.get("rope_parameters") or {}) if "rope_theta" in holder]
+        for holder in holders or [config]:  # no theta written: the loaders' default, 10000
+            holder["rope_theta"] = 100 * float(holder.get("rope_theta", 10000.0))
     else:
         raise ValueError(f"unknown fault {fault!r}; known: {', '.join(FAULTS)}")
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
