@@ -36,11 +36,11 @@ def dflash_reference():
 @pytest.fixture(scope="session")
 def good_export(tiny_target_dir, tmp_path_factory) -> Path:
     """A good export from a short real training run on the tiny target (the target's own greedy
-    answers to 2 prompts, 40 steps, `export`), built once per session."""
+    answers to 2 prompts, 40 steps, `export`; 2 held-out prompts), built once per session."""
     from draftsmith.gates.overfit import prepare_overfit
 
     prepared = prepare_overfit(tiny_target_dir, tmp_path_factory.mktemp("good") / "run", samples=2, steps=40,
-                               max_new_tokens=48)
+                               max_new_tokens=48, eval_prompts=2)
     return Path(prepared.export_dir)
 
 

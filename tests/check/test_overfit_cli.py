@@ -12,7 +12,7 @@ from draftsmith.cli import main
 def test_overfit_prepares_the_gate_and_says_how_to_serve_it(good_export, tiny_target_dir, tmp_path, capsys):
     work = tmp_path / "gate"
     base = ["check", str(good_export), "--target", str(tiny_target_dir), "--no-parity", "--overfit",
-            "--overfit-steps", "20", "--overfit-max-new-tokens", "24", "--json"]
+            "--overfit-samples", "4", "--overfit-steps", "20", "--overfit-max-new-tokens", "24", "--json"]
     args = [*base, "--overfit-dir", str(work)]
     assert main(args) == 0
     captured = capsys.readouterr()

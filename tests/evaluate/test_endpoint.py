@@ -125,6 +125,14 @@ def test_endpoint_eval_reads_sglang_meta_info_over_http(sglang_replay, three_pro
     assert report.thinking_mode in report.verdict
 
 
+def test_endpoint_eval_takes_prompt_rows_in_memory(sglang_replay, three_prompts):
+    # The overfit gate sends one row at a time; rows used to raise TypeError (an unknown keyword).
+    rows = [json.loads(line) for line in three_prompts.read_text().splitlines()]
+    report = evaluate_endpoint(sglang_replay, rows[:1], max_new_tokens=32)
+    assert report.prompt_ids == ["p0"] and report.num_prompts == 1
+    assert _Replay.requests[0]["messages"] == [{"role": "user", "content": "q0"}]
+
+
 @pytest.mark.parametrize("thinking", [True, False])
 def test_endpoint_eval_reports_the_thinking_mode_it_sent(sglang_replay, three_prompts, thinking):
     report = evaluate_endpoint(sglang_replay, three_prompts, max_new_tokens=8, enable_thinking=thinking)

@@ -33,14 +33,20 @@ class CheckConfig(BaseModel):
         None, description='chat_template_kwargs sent when serving, e.g. {"enable_thinking": false} (default: none)'
     )
     parity: bool = Field(True, description="compare block logits with the reference dflash package on real target features")
-    overfit: bool = Field(False, description="run the overfit gate: train on one sample, export, compare engine and in-process tau")
+    overfit: bool = Field(
+        False, description="run the overfit gate: train a drafter, export, compare engine and in-process acceptance "
+        "per held-out prompt and draft position"
+    )
     overfit_dir: Path | None = Field(None, description="working directory of the overfit gate (default: <export>.overfit)")
     endpoint: str | None = Field(
         None, description="vLLM server serving <overfit-dir>/export with the target (the gate prints its command)"
     )
-    overfit_samples: int = Field(1, ge=1, description="samples the overfit gate trains on")
-    overfit_steps: int = Field(200, ge=1, description="optimizer steps of the overfit gate's training")
-    overfit_max_new_tokens: int = Field(64, ge=8, description="tokens the target generates for each overfit sample")
+    overfit_samples: int = Field(160, ge=1, description="prompts the overfit gate trains on (the target's own answers)")
+    overfit_steps: int = Field(120, ge=1, description="optimizer steps of the overfit gate's training")
+    overfit_max_new_tokens: int = Field(64, ge=8, description="tokens the target generates for each gate prompt")
+    overfit_train: bool = Field(
+        True, description="train the gate's drafter; off: the gate judges the export's own weights (trained on varied data)"
+    )
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice)")
 
 

@@ -208,6 +208,8 @@ class EndpointReport:
     # engine's template default decided), and that as one phrase for people.
     chat_template_kwargs: dict[str, Any] | None = None
     thinking_mode: str = "enable_thinking not sent (the engine's chat template default)"
+    # [k] = verify steps that accepted draft position k+1 (the counts behind per_position_acceptance).
+    accepted_per_position: list[int] = field(default_factory=list)
 
     kind: str = "draftsmith.eval.endpoint"
     version: int = 1
@@ -307,7 +309,7 @@ def _conversations(prompts, limit: int | None, split: str | None = None) -> tupl
     ids, conversations = [], []
     for index, item in enumerate(items):
         if isinstance(item, dict):
-            item = prompt_from_row(item, f"prompt {index}", default_id=str(index))
+            item = prompt_from_row(item, f"prompt {index}")
         if not isinstance(item, Prompt) or item.messages is None:
             raise InputError(f"prompt {index}: eval --endpoint sends chat completions; it needs conversation prompts "
                              "(messages or conversations), not raw text or token ids")
@@ -397,6 +399,7 @@ async def evaluate_endpoint_async(
         outputs=run.outputs,
         chat_template_kwargs=extra.get("chat_template_kwargs"),
         thinking_mode=thinking_mode(enable_thinking),
+        accepted_per_position=counters.accepted_per_position,
     )
 
 

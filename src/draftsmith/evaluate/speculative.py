@@ -61,6 +61,8 @@ class PromptResult:
     first_mismatch: int | None = None
     # Greedy: positions where the outputs part at a near-tie of the target (see `check_greedy`).
     near_ties: list[int] = field(default_factory=list)
+    # [k-1] = cycles whose draft position k matched, counted like vLLM's /metrics (past a stop token too).
+    accepted_per_position: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -505,6 +507,7 @@ class _Run:
                 tau=(sum(spec.acceptance_lengths) / cycles) if cycles else 0.0,
                 speculative_seconds=spec.seconds, target_seconds=plain.seconds,
                 identical=mismatch is None, first_mismatch=mismatch, near_ties=near_ties,
+                accepted_per_position=[sum(1 for count in spec.accepted_drafts if count > k) for k in range(self.block - 1)],
             ))
 
     def report(self) -> EvalReport:

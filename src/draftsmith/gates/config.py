@@ -20,20 +20,26 @@ class OverfitConfig(BaseModel):
     export: Path | None = Field(None, description="export whose shape (block size, layers, layer ids, mask token) the gate copies")
     work: Path = Field(description="working directory (train run, export, overfit.json)")
     endpoint: str | None = Field(None, description="vLLM server serving <work>/export with the target")
-    samples: int = Field(1, ge=1, description="samples the drafter overfits")
-    steps: int = Field(200, ge=1, description="optimizer steps of the overfit training")
-    max_new_tokens: int = Field(64, ge=8, description="tokens the target generates for each sample")
-    tolerance: float = Field(0.10, gt=0, description="engine tau must be within this fraction of the in-process tau")
-    min_fraction: float = Field(
-        0.5, gt=0, le=1, description="in-process tau must reach this fraction of the block size (the drafter really overfit)"
+    train: bool = Field(True, description="train the gate's drafter; False: judge the export's own weights")
+    samples: int = Field(160, ge=1, description="training prompts (the target's own greedy answers)")
+    # Measured on the tiny target: 240 steps made the drafter lean less on the target's features
+    # (the shifted layer ids moved 10% of the accepted tokens, against 21% after 120 steps).
+    steps: int = Field(120, ge=1, description="optimizer steps of the gate's training")
+    eval_prompts: int = Field(24, ge=1, description="held-out prompts decoded in process and by the engine")
+    max_new_tokens: int = Field(64, ge=8, description="tokens the target generates for each prompt")
+    tolerance: float = Field(
+        0.05, gt=0, description="largest share of accepted draft tokens on which engine and in-process may disagree"
+    )
+    min_margin: float = Field(
+        3.0, gt=1, description="each planted fault must move the in-process disagreement to this many times the tolerance"
     )
 
     @classmethod
     def from_check(cls, config) -> "OverfitConfig":
         return cls(target=config.target, export=config.export, work=Path(config.overfit_dir or f"{config.export}.overfit"),
                    endpoint=config.endpoint, samples=config.overfit_samples, steps=config.overfit_steps,
-                   max_new_tokens=config.overfit_max_new_tokens)  # fmt: skip
+                   max_new_tokens=config.overfit_max_new_tokens, train=config.overfit_train)  # fmt: skip
 
 
 TOLERANCE = OverfitConfig.model_fields["tolerance"].default
-MIN_FRACTION = OverfitConfig.model_fields["min_fraction"].default
+MIN_MARGIN = OverfitConfig.model_fields["min_margin"].default
