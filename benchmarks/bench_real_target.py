@@ -76,7 +76,7 @@ def write_rows(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def regenerate(args, gguf: Path, prompts_file: Path, work: Path):
+def regenerate(args, gguf: Path, target: Path, prompts_file: Path, work: Path):
     from draftsmith.engines.launch import llama_server
     from draftsmith.generate import GenerateConfig, generate
     from draftsmith.generate.config import GuardConfig
@@ -86,8 +86,9 @@ def regenerate(args, gguf: Path, prompts_file: Path, work: Path):
         summary = generate(GenerateConfig(
             inputs=[prompts_file], output_dir=work / "generated", endpoints=[server.api_url], model="smollm2",
             max_tokens=args.max_tokens, temperature=0.0, top_p=None, concurrency=args.parallel, progress=False,
-            # SmolLM2 does not think (until defaults land); an answer cut at --max-tokens still trains the drafter.
-            guard=GuardConfig(expect_reasoning=False, max_length_finish=1.0),
+            target=target,  # its chat template decides thinking (SmolLM2's has none)
+            # An answer cut at --max-tokens still trains the drafter: the guard does not stop the run for it.
+            guard=GuardConfig(max_length_finish=1.0),
         ), log=log)
     if not summary.ok:
         sys.exit("bench_real_target: generate did not finish cleanly: " + "; ".join(summary.problems()))
@@ -152,7 +153,7 @@ def prepare_data(args, gguf: Path | None, target: Path, train_file: Path, eval_f
         tokenized = args.data_from / "tokenized"
         log(f"reusing the regenerated, tokenized data of {args.data_from}")
     else:
-        regenerate(args, gguf, train_file, work)
+        regenerate(args, gguf, target, train_file, work)
         tokenized = work / "tokenized"
         # An answer cut at --max-tokens is still the target's own greedy text: keep it for training.
         tokenize_dataset([work / "generated"], target, tokenized,
@@ -227,7 +228,7 @@ def main() -> int:
         target, main_dir, eval_file, max_new_tokens=args.eval_max_new_tokens, block_size=args.block_size,
         limit=args.eval_limit,
         baselines=["ngram", "untrained"], more_drafters={k: v for k, v in drafters.items() if k != main_name},
-        seed=args.seed, strict=True, enable_thinking=False,  # until defaults land (SmolLM2 has no thinking mode)
+        seed=args.seed, strict=True,
         progress=lambda done, total: log(f"eval {done}/{total} prompts"),
     )
     log(f"eval took {(time.perf_counter() - started) / 60:.1f} min")

@@ -30,7 +30,6 @@ PROMPTS = [
 HELD_OUT = ["In one sentence, what is DNA?"]
 # SmolLM2 has no <|MASK|>; <|endoftext|> (id 0) never occurs inside a chat rendering.
 MASK_FLAGS = ["--mask-token-id", "0"]  # until defaults land
-NO_THINKING = ["--no-thinking"]  # until defaults land
 DRAFTER = ["--block-size", "8", "--draft-layers", "1", "--num-features", "3", "--max-length", "256",
            "--num-anchors", "16", "--batch-size", "2", "--data-workers", "0", "--threads", "2", "--no-progress"]
 
@@ -70,7 +69,7 @@ def generated(work, smollm2, tmp_path_factory) -> Path:
     with server:
         result = draftsmith("generate", str(prompts), "-o", str(work / "generated"), "-e", server.base_url,
                             "--max-tokens", "96", "--temperature", "0", "--concurrency", "4", "--no-progress",
-                            "--json", *NO_THINKING)
+                            "--json")
     summary = json.loads(result.stdout)
     assert (summary["done"], summary["failed"], summary["model"]) == (len(PROMPTS), 0, "smollm2-135m")
     return Path(summary["rows_file"])
@@ -148,7 +147,7 @@ def test_eval_is_lossless(work, smollm2, online):
     held_out = _prompt_file(work / "held_out.jsonl", HELD_OUT, "h")
     report = json.loads(draftsmith("eval", "--target", str(smollm2.hf_dir), "--drafter", str(online / "drafter"),
                                    "--prompts", str(held_out), "--max-new-tokens", "16", "--threads", "2",
-                                   "--json", *NO_THINKING).stdout)
+                                   "--json").stdout)
     assert report["lossless"] is True and report["tau"] >= 1.0, report
 
 
@@ -163,9 +162,8 @@ def test_check_is_clean_against_the_original_folder(smollm2, exported):
     print(json.dumps(report["findings"], indent=2))
     assert [f for f in report["findings"] if f["severity"] == "error"] == [], report["findings"]
     assert report["parity"]["status"] == "passed", report["parity"]
-    # Two warnings, both until defaults land: mask id 0 is a real token (MASK_FLAGS), and export
-    # writes tie_word_embeddings false for this tied target.
-    assert [f["check"] for f in report["findings"]] == ["mask", "heads"], report["findings"]
+    # One warning until the mask token needs no flag: mask id 0 is a real token (MASK_FLAGS).
+    assert [f["check"] for f in report["findings"]] == ["mask"], report["findings"]
 
 
 def test_vllm_cpu_serves_the_export_over_the_llama_target(smollm2, exported, tmp_path_factory):

@@ -83,27 +83,19 @@ def _write_prompts(config: DemoConfig, work: Path) -> tuple[Path, Path]:
     return prompts_file, eval_file
 
 
-def _thinking(config: DemoConfig) -> bool:
-    # The tiny target is a thinking model; the real ones the demo fetches are not.
-    return config.target == TINY  # until defaults land (thinking read from the chat template)
-
-
 def _generate(config: DemoConfig, target: Path, prompts_file: Path, work: Path, log) -> Any:
     from draftsmith.generate import GenerateConfig, generate
-    from draftsmith.generate.config import GuardConfig
     from draftsmith.serve.process import ServeProcess
 
     # Greedy regeneration: the drafter learns exactly what the target says at T=0, which is what
     # the greedy, lossless eval below measures.
-    thinking = _thinking(config)
     with ServeProcess(["--model", str(target), "--served-model-name", config.target,
                        "--max-batch-size", str(config.concurrency)]) as server:
         summary = generate(
             GenerateConfig(inputs=[prompts_file], output_dir=work / "generated", endpoints=[server.url],
                            max_tokens=config.max_tokens, temperature=0.0, top_p=None,
                            concurrency=config.concurrency, return_token_ids=True, progress=False,
-                           chat_template_kwargs={"enable_thinking": thinking},
-                           guard=GuardConfig(expect_reasoning=thinking)),
+                           target=target),  # its chat template decides thinking (the tiny target's: on)
             log=log,
         )
     if not summary.ok:
@@ -165,7 +157,7 @@ def _evaluate(config: DemoConfig, target: Path, drafter_dir: Path, eval_file: Pa
     untrained = DFlashDraftModel(trained.config).eval()
     reports = {
         name: evaluate_drafter(target, drafter, eval_file, max_new_tokens=config.eval_max_new_tokens,
-                               enable_thinking=None if config.target == TINY else _thinking(config))
+                               enable_thinking=None)
         for name, drafter in (("untrained", untrained), ("trained", trained))
     }
     for name, report in reports.items():
@@ -203,7 +195,7 @@ def _run_stages(config: DemoConfig, work: Path, log: Callable[[str], None]) -> D
         with _stage(f"fetch the real target {config.target}", timings, log):
             target = fetch_model(config.target, log=log).hf_dir
     prompts_file, eval_file = _write_prompts(config, work)
-    with _stage(f"generate ({config.target} served over HTTP, thinking {'on' if _thinking(config) else 'off'})",
+    with _stage(f"generate ({config.target} served over HTTP, thinking as its chat template has it)",
                 timings, log):
         summary = _generate(config, target, prompts_file, work, log)
     with _stage("tokenize + audit", timings, log):
