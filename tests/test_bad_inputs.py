@@ -186,3 +186,35 @@ def test_resume_with_only_truncated_checkpoints(files, broken_run):
                       "--num-anchors", "4", "--dtype", "fp32", "--resume"])  # fmt: skip
     assert_one_line_error(result, f"{broken_run}: no intact checkpoint to resume from",
                           "step-00000001/trainer_state.pt: cannot be loaded safely")
+
+
+def test_a_link_planted_in_an_output_dir_is_never_followed(files, tmp_path):
+    """Issue 27.1: tokenize and train emptied the file a planted `.draftsmith.lock` (or log) link
+    points to; export --force --out LINK ended in rmtree's traceback. Each is now one line, and what
+    the link points to is untouched."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    tokenize_out, train_out = tmp_path / "tok", tmp_path / "run"
+    for out, planted in ((tokenize_out, ".draftsmith.lock"), (train_out, ".draftsmith.lock"), (tmp_path / "run2", "train_log.jsonl")):
+        out.mkdir()
+        (out / planted).symlink_to(victim)
+    train = ["train", "--target", str(files["target"]), "--data", str(files["tokenized"]), "--block-size", "4",
+             "--draft-layers", "1", "--max-steps", "1", "--batch-size", "4", "--num-anchors", "4", "--dtype", "fp32"]
+    for args, link in (
+        (["tokenize", str(files["conversations"]), "-t", str(files["target"]), "-o", str(tokenize_out), "--workers", "1"],
+         tokenize_out / ".draftsmith.lock"),
+        ([*train, "--out", str(train_out)], train_out / ".draftsmith.lock"),
+        ([*train, "--out", str(tmp_path / "run2")], tmp_path / "run2" / "train_log.jsonl"),
+    ):
+        result = run_cli(args)  # the log is opened after the model loads: its progress lines come first
+        assert "Traceback" not in result.stderr and result.returncode == 2, result.stderr
+        assert result.stderr.strip().splitlines()[-1].startswith(f"draftsmith: error: {link}: is a symbolic link (to {victim})")
+        assert victim.read_text() == "precious\n"
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("keep\n")
+    (tmp_path / "export-link").symlink_to(elsewhere, target_is_directory=True)
+    result = run_cli(["export", "--drafter", str(files["drafter"]), "--out", str(tmp_path / "export-link"), "--force"])
+    assert_one_line_error(result, f"--out {tmp_path / 'export-link'}: is a symbolic link")
+    assert (elsewhere / "keep.txt").read_text() == "keep\n"

@@ -12,6 +12,8 @@ import errno
 import json
 import math
 import os
+import shutil
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,75 @@ def disk_full(error: OSError, path: str | Path | None = None) -> DiskFullError:
         (f"{where}: " if where else "") + "the disk is full (no space left on device); free some space "
         "and rerun the same command (what was written before is kept)"
     )
+
+
+def _link_refused(path: Path) -> InputError:
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    return InputError(f"{path}: is a symbolic link (to {target}); draftsmith writes only plain files inside its "
+                      "output directory, never through a link: move the link away")
+
+
+def refuse_link(path: str | Path) -> Path:
+    """``path``, unless it is a symbolic link (an `InputError`): for a file draftsmith rewrites."""
+    path = Path(path)
+    if path.is_symlink():
+        raise _link_refused(path)
+    return path
+
+
+def open_own_file(path: str | Path, flags: int = os.O_RDWR | os.O_CREAT, mode: int = 0o644) -> int:
+    """A descriptor for a file draftsmith writes in its own output directory (a lock, a log).
+
+    Never through a symbolic link: one planted there (say to a file elsewhere) is refused, since
+    following it would truncate or append to a file outside the output directory.
+    """
+    path = Path(path)
+    try:
+        descriptor = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise _link_refused(path) from None
+        if error.errno in DISK_FULL:
+            raise disk_full(error, path) from None
+        raise
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise InputError(f"{path}: is not a plain file; draftsmith writes a plain file there: move it away")
+    return descriptor
+
+
+def open_append(path: str | Path, encoding: str = "utf-8"):
+    """``path`` opened for appending text (created if missing), never through a link."""
+    return os.fdopen(open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "a", encoding=encoding)
+
+
+def fresh_file(path: str | Path) -> Path:
+    """Make ``path`` (a temporary or staging name draftsmith owns) a new, empty plain file.
+
+    Whatever held the name before goes first -- a file left by a crash, or a link planted there --
+    so a writer that opens the name afterwards (safetensors, torch.save, Arrow) writes this new
+    file and never the one a link points to.
+    """
+    path = Path(path)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    os.close(open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+    return path
+
+
+def fresh_dir(path: str | Path) -> Path:
+    """Make ``path`` (a staging directory draftsmith owns) a new, empty directory; a link in its
+    place is removed, not followed (``rmtree`` of a link's target would empty a directory elsewhere)."""
+    path = Path(path)
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
 
 
 def read_json_file(path: Path, what: str) -> Any:
@@ -95,6 +166,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     temporary = temporary_name(path)
     try:
+        fresh_file(temporary)
         yield temporary
         publish(temporary, path)
     except BaseException as error:

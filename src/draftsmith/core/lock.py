@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.io import fresh_file, open_own_file
 from draftsmith.core.paths import require_output_dir
 
 LOCK_NAME = ".draftsmith.lock"
@@ -96,9 +97,9 @@ def claim_directory(directory: str | Path, stage: str) -> None:
     path = directory / OWNER_NAME
     if path.exists():
         return
-    temporary = directory / f".{OWNER_NAME}.{os.getpid()}.tmp"
-    temporary.write_text(json.dumps({"stage": stage}) + "\n", encoding="utf-8")
+    temporary = fresh_file(directory / f".{OWNER_NAME}.{os.getpid()}.tmp")
     try:
+        temporary.write_text(json.dumps({"stage": stage}) + "\n", encoding="utf-8")
         os.link(temporary, path)
     except FileExistsError:
         pass
@@ -189,7 +190,7 @@ class DirectoryLock:
         if self.own and self.directory.is_dir():
             check_owner(self.directory, self.stage)  # before even the lock file is made in there
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_own_file(self.path)  # never through a link planted in its place
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

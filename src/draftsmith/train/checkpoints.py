@@ -16,7 +16,6 @@ and the skip is said on stderr, because silently training from an older step wou
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ import numpy as np
 import torch
 
 from draftsmith.core.errors import InputError
-from draftsmith.core.io import publish, write_json_atomic
+from draftsmith.core.io import fresh_dir, publish, refuse_link, write_atomic, write_json_atomic
 
 CHECKPOINT_DIR = "checkpoints"
 STATE_FILE = "trainer_state.pt"
@@ -103,7 +102,7 @@ def cut_log(path: Path, step: int) -> int:
     A line cut short by a kill is dropped too. The file is rewritten through a rename, so a
     second kill during the cut leaves either the old log or the new one.
     """
-    path = Path(path)
+    path = refuse_link(path)  # the log is appended to next: never through a link
     if not path.exists():
         return 0
     kept, dropped = [], 0
@@ -118,9 +117,7 @@ def cut_log(path: Path, step: int) -> int:
         else:
             dropped += 1
     if dropped:
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-        os.replace(partial, path)
+        write_atomic(path, "".join(line + "\n" for line in kept))
     return dropped
 
 
@@ -201,8 +198,7 @@ class Checkpointer:
         final, partial = self.root / step_name(step), self.root / f".{step_name(step)}.partial"
         if self.context.is_main:
             self.root.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(partial, ignore_errors=True)
-            partial.mkdir()
+            fresh_dir(partial)
         barrier(self.context)
         state = {**self.states["train"].state_dict(), "config": self.config}
         state.update({name: stateful.state_dict() for name, stateful in self.states.items() if name != "train"})
@@ -248,8 +244,7 @@ class Checkpointer:
                 drafter.load_state_dict(state, strict=False)
             else:
                 drafter = self.model
-            partial = Path(out_dir) / f".{name}.partial"
-            shutil.rmtree(partial, ignore_errors=True)
+            partial = fresh_dir(Path(out_dir) / f".{name}.partial")
             save_drafter(drafter, partial)
             if record is not None:
                 write_json_atomic(partial / RECORD_FILE, record)
