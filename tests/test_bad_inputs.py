@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -218,3 +219,57 @@ def test_a_link_planted_in_an_output_dir_is_never_followed(files, tmp_path):
     result = run_cli(["export", "--drafter", str(files["drafter"]), "--out", str(tmp_path / "export-link"), "--force"])
     assert_one_line_error(result, f"--out {tmp_path / 'export-link'}: is a symbolic link")
     assert (elsewhere / "keep.txt").read_text() == "keep\n"
+
+
+_WRITER = """
+import sys, time
+from pathlib import Path
+from draftsmith.core.lock import DirectoryLock
+DirectoryLock(sys.argv[1], sys.argv[2], lock_file=Path(sys.argv[1]) / sys.argv[3]).acquire()
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+def _live_writer(directory: Path, what: str, lock_name: str) -> subprocess.Popen:
+    """A real second process holding `directory`'s writer lock, as a running generate or tokenize does."""
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    process = subprocess.Popen([sys.executable, "-c", _WRITER, str(directory), what, lock_name], stdout=subprocess.PIPE,
+                               text=True, env=env)  # fmt: skip
+    assert process.stdout.readline().strip() == "locked"
+    return process
+
+
+def test_an_input_still_being_written_is_refused_unless_allow_partial(files, tmp_path):
+    """Issue 27.2: tokenize of a generate directory whose writer is still running wrote the rows so far
+    and marked the set complete (and train trained on a tokenized set still being written). Now one
+    line naming the pid; --allow-partial uses it and the output's manifest records that."""
+    generated = tmp_path / "gen"
+    generated.mkdir()
+    (generated / "generated-s0of1-00000.jsonl").write_text(_conversation_row("one") + _conversation_row("two"))
+    writer = _live_writer(generated, "generate shard 0/1", ".draftsmith.s0of1.lock")
+    try:
+        tokenize = ["tokenize", str(generated), "-t", str(files["target"]), "--workers", "1", "--no-progress"]
+        result = run_cli([*tokenize, "-o", str(tmp_path / "tok")])
+        assert_one_line_error(result, f"{generated}: still being written by pid {writer.pid}", "--allow-partial")
+        assert not (tmp_path / "tok" / "tokenize_summary.json").exists()
+        audit = run_cli(["audit", str(generated)])
+        assert_one_line_error(audit, f"{generated}: still being written by pid {writer.pid}")
+
+        result = run_cli([*tokenize, "-o", str(tmp_path / "tok"), "--allow-partial"])
+        assert "Traceback" not in result.stderr and result.returncode in (0, 1), result.stderr
+        manifest = json.loads((tmp_path / "tok" / "manifest.json").read_text())
+        assert any(f"{generated}: still being written by pid {writer.pid}" in note for note in manifest["partial_inputs"])
+    finally:
+        writer.kill()
+        writer.wait()
+
+    tokenized = Path(shutil.copytree(files["tokenized"], tmp_path / "tokenized"))
+    writer = _live_writer(tokenized, "tokenize", ".draftsmith.lock")
+    try:
+        result = run_cli(["train", "--target", str(files["target"]), "--data", str(tokenized), "--out",
+                          str(tmp_path / "run"), "--block-size", "4", "--draft-layers", "1", "--max-steps", "1"])
+        assert_one_line_error(result, f"{tokenized}: still being written by pid {writer.pid}")
+    finally:
+        writer.kill()
+        writer.wait()

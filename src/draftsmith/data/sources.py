@@ -29,6 +29,7 @@ from draftsmith.core.limits import MAX_ROW_BYTES_ENV
 from draftsmith.core.limits import max_row_bytes as resolve_max_row_bytes
 from draftsmith.core.lines import OversizedLine, iter_lines
 from draftsmith.core.manifest import read_manifest
+from draftsmith.core.lock import live_writer
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz", ".json.gz")
 JSON_SUFFIXES = (".json",)
@@ -118,6 +119,28 @@ def generated_row_files(directory: str | Path) -> list[Path] | None:
     if bookkeeping or (manifest or {}).get("stage") == "generate":
         return []
     return None
+
+
+def check_finished(inputs: Iterable[str | Path], allow_partial: bool, flag: str = "--allow-partial") -> list[str]:
+    """Refuse an input whose draftsmith writer is still running (a generate or tokenize directory, or
+    a file in one, whose lock a live process holds): what is there now is a part, not the output.
+
+    With ``allow_partial`` the part is used on purpose: said on stderr and returned (one line per
+    input) for the reader to record in its manifest.
+    """
+    used: list[str] = []
+    for item in inputs:
+        path = Path(item)
+        directory = path if path.is_dir() else path.parent
+        writer = live_writer(directory)
+        if writer is None:
+            continue
+        note = f"{path}: still being written by {writer}"
+        if not allow_partial:
+            raise InputError(f"{note}; wait for it to finish, or pass {flag} to use what is written so far")
+        print(f"draftsmith: warning: {note}; using what is written so far ({flag})", file=sys.stderr, flush=True)
+        used.append(note)
+    return used
 
 
 def choose_split(splits: list[str], split: str | None, where: str) -> str:

@@ -18,7 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from draftsmith.core.errors import InputError
-from draftsmith.core.manifest import MANIFEST_NAME, check_manifest, read_manifest, require_complete, tokenizer_fingerprint
+from draftsmith.core.manifest import (MANIFEST_NAME, check_manifest, read_manifest, record_partial_inputs, require_complete,
+                                      tokenizer_fingerprint)
+from draftsmith.data.sources import check_finished
 from draftsmith.data.tokenized import TokenizedDataset, load_tokenized
 from draftsmith.train.checkpoints import checkpoints_newest_first, newest_intact_checkpoint
 from draftsmith.train.config import TrainConfig
@@ -139,7 +141,10 @@ def open_run_inputs(config: TrainConfig, context) -> RunInputs:
     if config.eval_prompts is not None and config.sharding == "fsdp" and context.enabled:
         raise InputError("--eval-prompts runs under --sharding ddp or in one process: a sharded target cannot decode on one rank")
     # A single shard of an unfinished tokenize run is as unfinished as its directory.
-    require_complete(data_directory(config.data), "the tokenized set", "rerun `draftsmith tokenize --resume` to finish it")
+    partial = check_finished([config.data], config.allow_partial)
+    if not partial:
+        partial = require_complete(data_directory(config.data), "the tokenized set",
+                                   "rerun `draftsmith tokenize --resume` to finish it", config.allow_partial)
     dataset = load_tokenized(config.data, max_length=config.max_length, split=config.split)
     trainable = trainable_indices(dataset)
     if trainable.size == 0:
@@ -155,4 +160,5 @@ def open_run_inputs(config: TrainConfig, context) -> RunInputs:
         if found is None:  # a fresh run: whatever an earlier, checkpoint-less attempt recorded is moot
             (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
         check_manifest(out_dir, "train", resume_settings(config, dataset, template), force=config.force_resume)
+        record_partial_inputs(out_dir, partial)
     return RunInputs(dataset, trainable, found, template)
