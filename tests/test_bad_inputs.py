@@ -273,3 +273,43 @@ def test_an_input_still_being_written_is_refused_unless_allow_partial(files, tmp
     finally:
         writer.kill()
         writer.wait()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """Mount a tmpfs of a given size (root only, as tests/core/test_bad_values.py's full disk does)."""
+    mounts: list[Path] = []
+
+    def mount(name: str, size: str) -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True).returncode:
+            pytest.skip("mounting a small tmpfs needs root; tests/core/test_io.py covers the mechanism without one")
+        mounts.append(path)
+        return path
+
+    yield mount
+    for path in mounts:
+        subprocess.run(["umount", str(path)], check=False)
+
+
+def test_a_full_disk_during_a_checkpoint_or_an_export_is_one_line_with_the_resume_command(files, small_disk):
+    """Issue 27.4: torch.save (RuntimeError) and safetensors (SafetensorError) do not raise OSError on a
+    full disk, so a checkpoint or an export ended in a traceback. Now the one "disk is full" line,
+    exit 2, naming the exact command that continues (train needs --resume), with nothing half-written
+    left to be taken as intact."""
+    disk = small_disk("train-disk", "1m")  # the run's small files fit; a checkpoint (weights + AdamW) does not
+    train = ["train", "--target", str(files["target"]), "--data", str(files["tokenized"]), "--out", str(disk / "run"),
+             "--block-size", "4", "--draft-layers", "1", "--max-steps", "1", "--batch-size", "4", "--num-anchors", "4",
+             "--dtype", "fp32"]
+    result = run_cli(train)
+    assert "Traceback" not in result.stderr and result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert "the disk is full (no space left on device)" in last, last
+    assert last.split("resume with: ")[1].startswith(" ".join(["draftsmith", *train, "--resume"])), last
+    assert not list((disk / "run" / "checkpoints").iterdir())  # neither a step folder nor its partial
+
+    disk = small_disk("export-disk", "512k")  # less than the drafter's weights
+    result = run_cli(["export", "--drafter", str(files["drafter"]), "--out", str(disk / "exported")])
+    line = assert_one_line_error(result, "the disk is full (no space left on device)", "resume with: draftsmith export")
+    assert not (disk / "exported").exists() and not (disk / ".exported.partial").exists(), line

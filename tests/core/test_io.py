@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -68,3 +69,32 @@ def test_no_write_in_an_output_dir_follows_a_planted_link(tmp_path):
     with pytest.raises(InputError, match="train_log.jsonl: is a symbolic link"):
         open_append(out / "train_log.jsonl")
     assert victim.read_text() == "precious\n" and (elsewhere / "keep.txt").read_text() == "keep\n"
+
+
+def test_a_full_disk_is_one_error_however_the_writing_library_reports_it(tmp_path):
+    """Issue 27.4: safetensors raises SafetensorError and torch.save a RuntimeError on a full disk
+    (their exact texts below); both are the one-line DiskFullError at the write, naming the file."""
+    import errno
+
+    from safetensors import SafetensorError
+
+    from draftsmith.core.io import DiskFullError
+
+    def safetensors_full():
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    def torch_save_full():  # torch.save into a Python file: the OSError is the RuntimeError's context
+        try:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534") from None
+
+    for fail in (safetensors_full, torch_save_full):
+        with pytest.raises(DiskFullError, match=f"^{tmp_path / 'w.bin'}: the disk is full"):
+            with atomic_path(tmp_path / "w.bin") as temporary:
+                temporary.write_bytes(b"half")
+                fail()
+        assert not list(tmp_path.iterdir())  # nothing half-written left
+    with pytest.raises(RuntimeError, match="unrelated"):  # any other failure stays what it is
+        with atomic_path(tmp_path / "w.bin"):
+            raise RuntimeError("unrelated")

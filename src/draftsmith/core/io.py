@@ -24,15 +24,65 @@ DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 class DiskFullError(DraftsmithError):
-    """The file system ran out of space (or quota) while writing: one line, exit 2."""
+    """The file system ran out of space (or quota) while writing: one line, exit 2.
+
+    ``rerun`` is the exact command that continues the work (the CLI fills it in from its argv)."""
+
+    def __init__(self, where: str | Path | None = None, rerun: str | None = None):
+        self.where = where
+        super().__init__(
+            (f"{where}: " if where else "") + "the disk is full (no space left on device); free some space and "
+            + (f"resume with: {rerun}" if rerun else "rerun the same command") + " (what was written before is kept)"
+        )
 
 
-def disk_full(error: OSError, path: str | Path | None = None) -> DiskFullError:
-    where = path or error.filename
-    return DiskFullError(
-        (f"{where}: " if where else "") + "the disk is full (no space left on device); free some space "
-        "and rerun the same command (what was written before is kept)"
-    )
+def disk_full(error: BaseException, path: str | Path | None = None) -> DiskFullError:
+    return DiskFullError(path or getattr(error, "filename", None))
+
+
+# How libraries that do their own I/O say it when they do not raise an OSError (safetensors' Rust
+# error text; torch.save's RuntimeError carries the OSError as its context when given a file object).
+_DISK_FULL_TEXTS = ("no space left on device", "disk quota exceeded", "os error 28", "os error 122")
+
+
+def is_disk_full(error: BaseException, directory: str | Path | None = None) -> bool:
+    """Whether ``error``, raised while writing into ``directory``, is a full disk (or quota).
+
+    Looks through the chain of causes for an OSError with ENOSPC/EDQUOT or a library's text for it;
+    for an error that says nothing (torch.save to a path: "unexpected pos"), a ``directory`` whose
+    file system has no free block left decides.
+    """
+    if isinstance(error, (DraftsmithError, KeyboardInterrupt, SystemExit, GeneratorExit)):
+        return False
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in DISK_FULL:
+            return True
+        if any(text in str(current).lower() for text in _DISK_FULL_TEXTS):
+            return True
+        current = current.__cause__ or current.__context__
+    if directory is None or isinstance(error, OSError):
+        return False
+    try:
+        status = os.statvfs(directory)
+    except OSError:
+        return False
+    return (status.f_bfree if os.geteuid() == 0 else status.f_bavail) == 0
+
+
+@contextlib.contextmanager
+def disk_full_as_one_line(path: str | Path) -> Iterator[None]:
+    """Around a write to ``path`` (a file or a directory being filled) by any library: a full disk,
+    however the library reports it, becomes the one-line `DiskFullError` naming ``path``."""
+    try:
+        yield
+    except BaseException as error:
+        directory = Path(path) if Path(path).is_dir() else Path(path).parent
+        if is_disk_full(error, directory):
+            raise disk_full(error, path) from None
+        raise
 
 
 def _link_refused(path: Path) -> InputError:
@@ -172,7 +222,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             temporary.unlink()
-        if isinstance(error, OSError) and error.errno in DISK_FULL:
+        # Any writer's way of saying it (safetensors, torch, Arrow), caught here at the write.
+        if is_disk_full(error, path.parent):
             raise disk_full(error, path) from None
         raise
 

@@ -21,7 +21,7 @@ import torch
 from draftsmith.core.config import torch_dtype
 from draftsmith.core.errors import InputError
 from draftsmith.core.paths import require_output_dir
-from draftsmith.core.io import fresh_dir, publish, write_atomic
+from draftsmith.core.io import disk_full_as_one_line, fresh_dir, publish, write_atomic
 from draftsmith.core.lock import lock_directory
 from draftsmith.model import CONFIG_NAME, DFlashDraftModel, feature_definition_warning, load_drafter, save_drafter
 
@@ -219,8 +219,13 @@ def _export(drafter, out: Path, dtype: str | None, overwrite: bool, check_refere
         raise InputError(f"{out}: is the source drafter directory; export to a new directory")
 
     staging = fresh_dir(out.with_name(f".{out.name}.partial"))
-    save_drafter(model, staging, dtype=target_dtype)
-    write_atomic(staging / "README.md", _model_card(model.config, dtype_name))
+    try:
+        with disk_full_as_one_line(staging):  # removed on any failure: nothing half-written stays
+            save_drafter(model, staging, dtype=target_dtype)
+            write_atomic(staging / "README.md", _model_card(model.config, dtype_name))
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
     reloaded = load_drafter(staging)
     inputs = probe_inputs(model)

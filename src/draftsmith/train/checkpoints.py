@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 from draftsmith.core.errors import InputError
-from draftsmith.core.io import fresh_dir, publish, refuse_link, write_atomic, write_json_atomic
+from draftsmith.core.io import (atomic_path, disk_full_as_one_line, fresh_dir, publish, refuse_link, write_atomic,
+                                write_json_atomic)
 
 CHECKPOINT_DIR = "checkpoints"
 STATE_FILE = "trainer_state.pt"
@@ -202,15 +203,16 @@ class Checkpointer:
         barrier(self.context)
         state = {**self.states["train"].state_dict(), "config": self.config}
         state.update({name: stateful.state_dict() for name, stateful in self.states.items() if name != "train"})
-        if self.sharded:
-            self._save_sharded(partial)
-        elif self.context.is_main:
-            from draftsmith.model import save_drafter
-
-            save_drafter(self.model, partial)
-            state["optimizer"] = self.optimizer.state_dict()
+        try:
+            # A full disk (safetensors, torch.save and DCP each say it their own way) is one line;
+            # the half-written checkpoint is removed, never published, and its space given back.
+            with disk_full_as_one_line(partial):
+                self._write(partial, state)
+        except BaseException:
+            if self.context.is_main:
+                shutil.rmtree(partial, ignore_errors=True)
+            raise
         if self.context.is_main:
-            torch.save(state, partial / STATE_FILE)
             if final.exists():
                 shutil.rmtree(final)
             publish(partial, final)
@@ -219,6 +221,18 @@ class Checkpointer:
         barrier(self.context)
         self.last_saved = step
         return final
+
+    def _write(self, partial: Path, state: dict) -> None:
+        if self.sharded:
+            self._save_sharded(partial)
+        elif self.context.is_main:
+            from draftsmith.model import save_drafter
+
+            save_drafter(self.model, partial)
+            state["optimizer"] = self.optimizer.state_dict()
+        if self.context.is_main:
+            with atomic_path(partial / STATE_FILE) as temporary, open(temporary, "wb") as handle:
+                torch.save(state, handle)  # through a Python file: a failed write keeps its OSError as the cause
 
     def _save_sharded(self, partial: Path) -> None:
         import torch.distributed.checkpoint as dcp
@@ -245,9 +259,14 @@ class Checkpointer:
             else:
                 drafter = self.model
             partial = fresh_dir(Path(out_dir) / f".{name}.partial")
-            save_drafter(drafter, partial)
-            if record is not None:
-                write_json_atomic(partial / RECORD_FILE, record)
+            try:
+                with disk_full_as_one_line(partial):
+                    save_drafter(drafter, partial)
+                    if record is not None:
+                        write_json_atomic(partial / RECORD_FILE, record)
+            except BaseException:
+                shutil.rmtree(partial, ignore_errors=True)
+                raise
             shutil.rmtree(final, ignore_errors=True)
             publish(partial, final)
         del state
