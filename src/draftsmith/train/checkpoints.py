@@ -72,6 +72,21 @@ def load_trainer_state(checkpoint: Path) -> dict:
     return state
 
 
+def check_checkpoint_weights(checkpoint: Path, state: dict) -> None:
+    """Refuse a checkpoint whose weights are missing or cut short (a full disk, a copy that stopped,
+    a kill while an older run pruned it): checked by size and header, without reading the tensors."""
+    from draftsmith.model.io import WEIGHTS_NAME
+    from draftsmith.model.safetensors_file import read_safetensors_header
+
+    if "drafter_state" in state:  # written before the weights were stored once, beside the state
+        return
+    if (checkpoint / SHARDED_DIR).is_dir():
+        if not (checkpoint / SHARDED_DIR / ".metadata").is_file():
+            raise InputError(f"{checkpoint / SHARDED_DIR}: missing its .metadata (the sharded save did not finish)")
+        return
+    read_safetensors_header(checkpoint / WEIGHTS_NAME)
+
+
 def checkpoints_newest_first(out_dir: Path) -> list[Path]:
     root = Path(out_dir) / CHECKPOINT_DIR
     if not root.exists():
@@ -86,6 +101,7 @@ def newest_intact_checkpoint(out_dir: Path) -> tuple[Path, dict] | None:
     for checkpoint in candidates:
         try:
             state = load_trainer_state(checkpoint)
+            check_checkpoint_weights(checkpoint, state)
         except InputError as error:
             skipped.append(str(error))
             continue
@@ -123,6 +139,23 @@ def cut_log(path: Path, step: int) -> int:
 
 
 SHARDED_DIR = "sharded"
+DISCARDED = ".discarded"
+
+
+def discard(directory: Path) -> None:
+    """Delete a checkpoint (or published drafter) directory so that a kill half-way leaves nothing
+    under its name: it is renamed to a hidden name first (atomic), then deleted; a later save sweeps
+    what a killed deletion left."""
+    directory = Path(directory)
+    if directory.is_symlink():
+        directory.unlink()
+        return
+    if not directory.exists():
+        return
+    hidden = directory.with_name(f".{directory.name}{DISCARDED}")
+    shutil.rmtree(hidden, ignore_errors=True)
+    directory.rename(hidden)
+    shutil.rmtree(hidden, ignore_errors=True)
 
 
 def step_name(step: int) -> str:
@@ -199,6 +232,8 @@ class Checkpointer:
         final, partial = self.root / step_name(step), self.root / f".{step_name(step)}.partial"
         if self.context.is_main:
             self.root.mkdir(parents=True, exist_ok=True)
+            for leftover in [*self.root.glob(".step-*.partial"), *self.root.glob(f".*{DISCARDED}")]:
+                shutil.rmtree(leftover, ignore_errors=True)  # of a killed save or prune: one writer per --out
             fresh_dir(partial)
         barrier(self.context)
         state = {**self.states["train"].state_dict(), "config": self.config}
@@ -213,11 +248,10 @@ class Checkpointer:
                 shutil.rmtree(partial, ignore_errors=True)
             raise
         if self.context.is_main:
-            if final.exists():
-                shutil.rmtree(final)
+            discard(final)
             publish(partial, final)
             for old in checkpoints_newest_first(self.root.parent)[self.keep :]:
-                shutil.rmtree(old, ignore_errors=True)
+                discard(old)
         barrier(self.context)
         self.last_saved = step
         return final
@@ -267,7 +301,7 @@ class Checkpointer:
             except BaseException:
                 shutil.rmtree(partial, ignore_errors=True)
                 raise
-            shutil.rmtree(final, ignore_errors=True)
+            discard(final)
             publish(partial, final)
         del state
         barrier(self.context)
