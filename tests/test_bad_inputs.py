@@ -313,3 +313,50 @@ def test_a_full_disk_during_a_checkpoint_or_an_export_is_one_line_with_the_resum
     result = run_cli(["export", "--drafter", str(files["drafter"]), "--out", str(disk / "exported")])
     line = assert_one_line_error(result, "the disk is full (no space left on device)", "resume with: draftsmith export")
     assert not (disk / "exported").exists() and not (disk / ".exported.partial").exists(), line
+
+
+def _with_header(source: Path, destination: Path, change) -> Path:
+    """A copy of the model directory `source` whose model.safetensors header is rewritten by `change`."""
+    import struct
+
+    shutil.copytree(source, destination)
+    raw = (destination / "model.safetensors").read_bytes()
+    length = struct.unpack("<Q", raw[:8])[0]
+    header = change(json.loads(raw[8 : 8 + length]))
+    encoded = json.dumps(header).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    (destination / "model.safetensors").write_bytes(struct.pack("<Q", len(encoded)) + encoded + raw[8 + length :])
+    return destination
+
+
+def _offsets_past_the_end(header: dict) -> dict:
+    name = next(key for key in header if key != "__metadata__")
+    begin, end = header[name]["data_offsets"]
+    header[name]["data_offsets"] = [begin, end + 10**12]
+    return header
+
+
+def test_a_safetensors_header_with_bad_offsets_is_one_line_on_every_path_that_reads_it(files, tmp_path):
+    """Issue 27.6: a target whose safetensors header does not hold (offsets past the end, not an
+    object) ended in a traceback where the resume fingerprint reads it (train); every reader now
+    checks it the same way and names the file."""
+    targets = {
+        "offsets": _with_header(files["target"], tmp_path / "target-offsets", _offsets_past_the_end),
+        "not an object": _with_header(files["target"], tmp_path / "target-list", lambda header: [1, 2]),
+    }
+    for problem, target in targets.items():
+        weights = target / "model.safetensors"
+        for args in (
+            ["train", "--target", str(target), "--data", str(files["tokenized"]), "--out", str(tmp_path / f"run-{target.name}"),
+             "--block-size", "4", "--draft-layers", "1", "--max-steps", "1"],
+            ["extract", "--target", str(target), "--data", str(files["tokenized"]), "--out", str(tmp_path / f"ext-{target.name}")],
+            ["eval", "--target", str(target), "--drafter", str(files["drafter"]), "--prompts", str(files["prompts"])],
+            ["check", str(files["drafter"]), "--target", str(target)],
+        ):
+            result = run_cli(args)
+            assert "Traceback" not in result.stderr and result.returncode == 2, (problem, args[0], result.stderr)
+            last = result.stderr.strip().splitlines()[-1]
+            assert last.startswith(f"draftsmith: error: {weights}: not a readable safetensors file"), (problem, args[0], last)
+    drafter = _with_header(files["drafter"], tmp_path / "drafter-offsets", _offsets_past_the_end)
+    result = run_cli(["export", "--drafter", str(drafter), "--out", str(tmp_path / "exported")])
+    assert_one_line_error(result, f"{drafter / 'model.safetensors'}: not a readable safetensors file")
