@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -186,3 +187,176 @@ def test_resume_with_only_truncated_checkpoints(files, broken_run):
                       "--num-anchors", "4", "--dtype", "fp32", "--resume"])  # fmt: skip
     assert_one_line_error(result, f"{broken_run}: no intact checkpoint to resume from",
                           "step-00000001/trainer_state.pt: cannot be loaded safely")
+
+
+def test_a_link_planted_in_an_output_dir_is_never_followed(files, tmp_path):
+    """Issue 27.1: tokenize and train emptied the file a planted `.draftsmith.lock` (or log) link
+    points to; export --force --out LINK ended in rmtree's traceback. Each is now one line, and what
+    the link points to is untouched."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    tokenize_out, train_out = tmp_path / "tok", tmp_path / "run"
+    for out, planted in ((tokenize_out, ".draftsmith.lock"), (train_out, ".draftsmith.lock"), (tmp_path / "run2", "train_log.jsonl")):
+        out.mkdir()
+        (out / planted).symlink_to(victim)
+    train = ["train", "--target", str(files["target"]), "--data", str(files["tokenized"]), "--block-size", "4",
+             "--draft-layers", "1", "--max-steps", "1", "--batch-size", "4", "--num-anchors", "4", "--dtype", "fp32"]
+    for args, link in (
+        (["tokenize", str(files["conversations"]), "-t", str(files["target"]), "-o", str(tokenize_out), "--workers", "1"],
+         tokenize_out / ".draftsmith.lock"),
+        ([*train, "--out", str(train_out)], train_out / ".draftsmith.lock"),
+        ([*train, "--out", str(tmp_path / "run2")], tmp_path / "run2" / "train_log.jsonl"),
+    ):
+        result = run_cli(args)  # the log is opened after the model loads: its progress lines come first
+        assert "Traceback" not in result.stderr and result.returncode == 2, result.stderr
+        assert result.stderr.strip().splitlines()[-1].startswith(f"draftsmith: error: {link}: is a symbolic link (to {victim})")
+        assert victim.read_text() == "precious\n"
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("keep\n")
+    (tmp_path / "export-link").symlink_to(elsewhere, target_is_directory=True)
+    result = run_cli(["export", "--drafter", str(files["drafter"]), "--out", str(tmp_path / "export-link"), "--force"])
+    assert_one_line_error(result, f"--out {tmp_path / 'export-link'}: is a symbolic link")
+    assert (elsewhere / "keep.txt").read_text() == "keep\n"
+
+
+_WRITER = """
+import sys, time
+from pathlib import Path
+from draftsmith.core.lock import DirectoryLock
+DirectoryLock(sys.argv[1], sys.argv[2], lock_file=Path(sys.argv[1]) / sys.argv[3]).acquire()
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+def _live_writer(directory: Path, what: str, lock_name: str) -> subprocess.Popen:
+    """A real second process holding `directory`'s writer lock, as a running generate or tokenize does."""
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    process = subprocess.Popen([sys.executable, "-c", _WRITER, str(directory), what, lock_name], stdout=subprocess.PIPE,
+                               text=True, env=env)  # fmt: skip
+    assert process.stdout.readline().strip() == "locked"
+    return process
+
+
+def test_an_input_still_being_written_is_refused_unless_allow_partial(files, tmp_path):
+    """Issue 27.2: tokenize of a generate directory whose writer is still running wrote the rows so far
+    and marked the set complete (and train trained on a tokenized set still being written). Now one
+    line naming the pid; --allow-partial uses it and the output's manifest records that."""
+    generated = tmp_path / "gen"
+    generated.mkdir()
+    (generated / "generated-s0of1-00000.jsonl").write_text(_conversation_row("one") + _conversation_row("two"))
+    writer = _live_writer(generated, "generate shard 0/1", ".draftsmith.s0of1.lock")
+    try:
+        tokenize = ["tokenize", str(generated), "-t", str(files["target"]), "--workers", "1", "--no-progress"]
+        result = run_cli([*tokenize, "-o", str(tmp_path / "tok")])
+        assert_one_line_error(result, f"{generated}: still being written by pid {writer.pid}", "--allow-partial")
+        assert not (tmp_path / "tok" / "tokenize_summary.json").exists()
+        audit = run_cli(["audit", str(generated)])
+        assert_one_line_error(audit, f"{generated}: still being written by pid {writer.pid}")
+
+        result = run_cli([*tokenize, "-o", str(tmp_path / "tok"), "--allow-partial"])
+        assert "Traceback" not in result.stderr and result.returncode in (0, 1), result.stderr
+        manifest = json.loads((tmp_path / "tok" / "manifest.json").read_text())
+        assert any(f"{generated}: still being written by pid {writer.pid}" in note for note in manifest["partial_inputs"])
+    finally:
+        writer.kill()
+        writer.wait()
+
+    tokenized = Path(shutil.copytree(files["tokenized"], tmp_path / "tokenized"))
+    writer = _live_writer(tokenized, "tokenize", ".draftsmith.lock")
+    try:
+        result = run_cli(["train", "--target", str(files["target"]), "--data", str(tokenized), "--out",
+                          str(tmp_path / "run"), "--block-size", "4", "--draft-layers", "1", "--max-steps", "1"])
+        assert_one_line_error(result, f"{tokenized}: still being written by pid {writer.pid}")
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """Mount a tmpfs of a given size (root only, as tests/core/test_bad_values.py's full disk does)."""
+    mounts: list[Path] = []
+
+    def mount(name: str, size: str) -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True).returncode:
+            pytest.skip("mounting a small tmpfs needs root; tests/core/test_io.py covers the mechanism without one")
+        mounts.append(path)
+        return path
+
+    yield mount
+    for path in mounts:
+        subprocess.run(["umount", str(path)], check=False)
+
+
+def test_a_full_disk_during_a_checkpoint_or_an_export_is_one_line_with_the_resume_command(files, small_disk):
+    """Issue 27.4: torch.save (RuntimeError) and safetensors (SafetensorError) do not raise OSError on a
+    full disk, so a checkpoint or an export ended in a traceback. Now the one "disk is full" line,
+    exit 2, naming the exact command that continues (train needs --resume), with nothing half-written
+    left to be taken as intact."""
+    disk = small_disk("train-disk", "1m")  # the run's small files fit; a checkpoint (weights + AdamW) does not
+    train = ["train", "--target", str(files["target"]), "--data", str(files["tokenized"]), "--out", str(disk / "run"),
+             "--block-size", "4", "--draft-layers", "1", "--max-steps", "1", "--batch-size", "4", "--num-anchors", "4",
+             "--dtype", "fp32"]
+    result = run_cli(train)
+    assert "Traceback" not in result.stderr and result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert "the disk is full (no space left on device)" in last, last
+    assert last.split("resume with: ")[1].startswith(" ".join(["draftsmith", *train, "--resume"])), last
+    assert not list((disk / "run" / "checkpoints").iterdir())  # neither a step folder nor its partial
+
+    disk = small_disk("export-disk", "512k")  # less than the drafter's weights
+    result = run_cli(["export", "--drafter", str(files["drafter"]), "--out", str(disk / "exported")])
+    line = assert_one_line_error(result, "the disk is full (no space left on device)", "resume with: draftsmith export")
+    assert not (disk / "exported").exists() and not (disk / ".exported.partial").exists(), line
+
+
+def _with_header(source: Path, destination: Path, change) -> Path:
+    """A copy of the model directory `source` whose model.safetensors header is rewritten by `change`."""
+    import struct
+
+    shutil.copytree(source, destination)
+    raw = (destination / "model.safetensors").read_bytes()
+    length = struct.unpack("<Q", raw[:8])[0]
+    header = change(json.loads(raw[8 : 8 + length]))
+    encoded = json.dumps(header).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    (destination / "model.safetensors").write_bytes(struct.pack("<Q", len(encoded)) + encoded + raw[8 + length :])
+    return destination
+
+
+def _offsets_past_the_end(header: dict) -> dict:
+    name = next(key for key in header if key != "__metadata__")
+    begin, end = header[name]["data_offsets"]
+    header[name]["data_offsets"] = [begin, end + 10**12]
+    return header
+
+
+def test_a_safetensors_header_with_bad_offsets_is_one_line_on_every_path_that_reads_it(files, tmp_path):
+    """Issue 27.6: a target whose safetensors header does not hold (offsets past the end, not an
+    object) ended in a traceback where the resume fingerprint reads it (train); every reader now
+    checks it the same way and names the file."""
+    targets = {
+        "offsets": _with_header(files["target"], tmp_path / "target-offsets", _offsets_past_the_end),
+        "not an object": _with_header(files["target"], tmp_path / "target-list", lambda header: [1, 2]),
+    }
+    for problem, target in targets.items():
+        weights = target / "model.safetensors"
+        for args in (
+            ["train", "--target", str(target), "--data", str(files["tokenized"]), "--out", str(tmp_path / f"run-{target.name}"),
+             "--block-size", "4", "--draft-layers", "1", "--max-steps", "1"],
+            ["extract", "--target", str(target), "--data", str(files["tokenized"]), "--out", str(tmp_path / f"ext-{target.name}")],
+            ["eval", "--target", str(target), "--drafter", str(files["drafter"]), "--prompts", str(files["prompts"])],
+            ["check", str(files["drafter"]), "--target", str(target)],
+        ):
+            result = run_cli(args)
+            assert "Traceback" not in result.stderr and result.returncode == 2, (problem, args[0], result.stderr)
+            last = result.stderr.strip().splitlines()[-1]
+            assert last.startswith(f"draftsmith: error: {weights}: not a readable safetensors file"), (problem, args[0], last)
+    drafter = _with_header(files["drafter"], tmp_path / "drafter-offsets", _offsets_past_the_end)
+    result = run_cli(["export", "--drafter", str(drafter), "--out", str(tmp_path / "exported")])
+    assert_one_line_error(result, f"{drafter / 'model.safetensors'}: not a readable safetensors file")

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from draftsmith import __version__
 from draftsmith.core.config import describe_validation_error
 from draftsmith.core.errors import DraftsmithError
+from draftsmith.core.io import DiskFullError
 from draftsmith.core.redact import redact
 
 app = typer.Typer(
@@ -71,6 +72,22 @@ for _stage in STAGE_MODULES:
     importlib.import_module(f"draftsmith.{_stage}.cli").register(app, **STAGE_HOOKS.get(_stage, {}))
 
 
+def _resume_command(argv: list[str] | None) -> str:
+    """The command line that continues this run after a failure: the same one, plus `--resume` for
+    a stage that keeps an earlier run's output only when told to (tokenize, train)."""
+    import shlex
+
+    import typer.main
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    stage = next((arg for arg in args if not arg.startswith("-")), None)
+    command = getattr(typer.main.get_command(app), "commands", {}).get(stage)
+    takes_resume = command is not None and any("--resume" in getattr(param, "opts", ()) for param in command.params)
+    if takes_resume and "--resume" not in args:
+        args = [arg for arg in args if arg != "--no-resume"] + ["--resume"]
+    return shlex.join(["draftsmith", *args])
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point for the console script; returns the process exit code."""
     from draftsmith.core import signals
@@ -79,16 +96,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # With standalone_mode=False click returns a command's `typer.Exit(code)` instead of raising.
         result = app(args=argv, standalone_mode=False)
+    except DiskFullError as error:  # the exact command that continues the work, not just "rerun"
+        typer.echo(f"draftsmith: error: {redact(str(DiskFullError(error.where, _resume_command(argv))))}", err=True)
+        return error.exit_code
     except DraftsmithError as error:
         typer.echo(f"draftsmith: error: {redact(str(error))}", err=True)
         return error.exit_code
     except OSError as error:
         # The file system refused a path the user gave (a file where a directory goes, a full
         # disk, no permission): their problem to fix, said in one line.
-        from draftsmith.core.io import DISK_FULL, disk_full
+        from draftsmith.core.io import DISK_FULL
 
         if error.errno in DISK_FULL:  # a write deep in a stage (torch.save, a shard) has no file name
-            typer.echo(f"draftsmith: error: {disk_full(error)}", err=True)
+            typer.echo(f"draftsmith: error: {redact(str(DiskFullError(error.filename, _resume_command(argv))))}", err=True)
             return 2
         if error.filename is None:
             raise

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -35,3 +36,65 @@ def test_publish_moves_a_finished_directory_into_place(tmp_path):
     (staging / "sub" / "w.bin").write_bytes(b"w")
     publish(staging, tmp_path / "model")
     assert (tmp_path / "model" / "sub" / "w.bin").read_bytes() == b"w" and not staging.exists()
+
+
+def test_no_write_in_an_output_dir_follows_a_planted_link(tmp_path):
+    """Issue 27.1: a link someone planted at a name draftsmith writes (a temporary, a staging dir, a
+    lock, a log it appends to) is replaced or refused; the file or directory it points to is untouched."""
+    from draftsmith.core.errors import InputError
+    from draftsmith.core.io import fresh_dir, open_append, temporary_name
+    from draftsmith.core.lock import LOCK_NAME, lock_directory
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("keep\n")
+    out = tmp_path / "out"
+    out.mkdir()
+
+    temporary_name(out / "summary.json").symlink_to(victim)
+    write_json_atomic(out / "summary.json", {"a": 1})
+    assert json.loads((out / "summary.json").read_text()) == {"a": 1} and not (out / "summary.json").is_symlink()
+
+    (out / ".drafter.partial").symlink_to(elsewhere, target_is_directory=True)
+    staging = fresh_dir(out / ".drafter.partial")
+    assert staging.is_dir() and not staging.is_symlink() and not list(staging.iterdir())
+
+    (out / LOCK_NAME).symlink_to(victim)
+    with pytest.raises(InputError, match=f"{out / LOCK_NAME}: is a symbolic link"):
+        with lock_directory(out, "tokenize"):
+            pass
+    (out / "train_log.jsonl").symlink_to(victim)
+    with pytest.raises(InputError, match="train_log.jsonl: is a symbolic link"):
+        open_append(out / "train_log.jsonl")
+    assert victim.read_text() == "precious\n" and (elsewhere / "keep.txt").read_text() == "keep\n"
+
+
+def test_a_full_disk_is_one_error_however_the_writing_library_reports_it(tmp_path):
+    """Issue 27.4: safetensors raises SafetensorError and torch.save a RuntimeError on a full disk
+    (their exact texts below); both are the one-line DiskFullError at the write, naming the file."""
+    import errno
+
+    from safetensors import SafetensorError
+
+    from draftsmith.core.io import DiskFullError
+
+    def safetensors_full():
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    def torch_save_full():  # torch.save into a Python file: the OSError is the RuntimeError's context
+        try:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534") from None
+
+    for fail in (safetensors_full, torch_save_full):
+        with pytest.raises(DiskFullError, match=f"^{tmp_path / 'w.bin'}: the disk is full"):
+            with atomic_path(tmp_path / "w.bin") as temporary:
+                temporary.write_bytes(b"half")
+                fail()
+        assert not list(tmp_path.iterdir())  # nothing half-written left
+    with pytest.raises(RuntimeError, match="unrelated"):  # any other failure stays what it is
+        with atomic_path(tmp_path / "w.bin"):
+            raise RuntimeError("unrelated")

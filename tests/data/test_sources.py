@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -214,3 +215,34 @@ def test_a_lone_surrogate_in_a_row_is_a_one_line_error(tmp_path, kind):
     # A surrogate pair (how ensure_ascii JSON writes an emoji) is text.
     path.write_text(row.replace("\\ud800", "") + "\n" if kind == "jsonl" else f"[{row.replace(chr(92) + 'ud800', '')}]")
     assert read_all([path])[0].messages[1]["content"] == "ok \U0001F600"
+
+
+def test_a_folder_with_a_link_to_itself_or_a_cycle_is_read_once(tmp_path):
+    """Issue 27.9: folders are walked through links, and a link to the folder itself or to one above
+    it made the walk read the same files again and again (exponentially: it never finished)."""
+    import signal
+
+    from draftsmith.data.sources import detect_kind, resolve
+
+    row = json.dumps({"id": "x", "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})
+    root = tmp_path / "data"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.jsonl").write_text(row + "\n")
+    (root / "sub" / "b.jsonl").write_text(row + "\n")
+    (root / "itself").symlink_to(".", target_is_directory=True)
+    (root / "sub" / "up").symlink_to("..", target_is_directory=True)
+    (root / "sub" / "also-a.jsonl").symlink_to(root / "a.jsonl")
+
+    def too_long(*_):
+        raise AssertionError("the walk did not finish in 20 s: it is going round a cycle")
+
+    previous = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(20)
+    try:
+        files = resolve([root, root / "sub"])
+        kind = detect_kind(root)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert [path.relative_to(root) for path in files] == [Path("a.jsonl"), Path("sub/b.jsonl")]
+    assert kind == "conversations"

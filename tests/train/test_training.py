@@ -342,3 +342,49 @@ def test_a_features_shard_that_does_not_hold_what_its_index_says_is_refused(rege
     err = capsys.readouterr().err
     assert code == 2, err[-2000:]
     assert f"{shard}: " in err and ("damaged features shard" if damage == "rows cut" else "other tokens") in err, err[-2000:]
+
+
+class _Killed(BaseException):
+    """A kill -9 at this point of the run: nothing after it runs."""
+
+
+def test_resume_falls_back_over_broken_weights_and_a_killed_prune_leaves_no_step_folder(
+    regenerated, tiny_target_dir, tmp_path, capsys, monkeypatch
+):
+    """Issue 27.5: the README promises `--resume` falls back to the newest intact checkpoint; with the
+    newest weights missing or cut short it stopped (a traceback, or one line) instead. And a kill
+    while old checkpoints were pruned left a step folder without its files behind."""
+    import draftsmith.train.checkpoints as checkpoints
+
+    out = tmp_path / "run"
+    config = small_config(tiny_target_dir, regenerated, out, max_steps=3, save_every=1, keep_checkpoints=4)
+    train_drafter(config)
+    steps = sorted((out / "checkpoints").glob("step-*"))
+    (steps[2] / "model.safetensors").unlink()
+    weights = steps[1] / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    capsys.readouterr()
+    resumed = train_drafter(config.model_copy(update={"resume": True, "max_steps": 4}))
+    err = capsys.readouterr().err
+    assert resumed.resumed_from_step == 1 and resumed.steps == 4
+    assert "skipping checkpoint" in err and "step-00000003/model.safetensors: missing" in err, err
+    assert "step-00000002/model.safetensors: not a readable safetensors file" in err and "resuming from step-00000001" in err
+
+    real_rmtree = shutil.rmtree
+
+    def killed_after_the_files(path, *args, **kwargs):  # rmtree unlinks every file, then the kill comes
+        path = Path(path)
+        if "step-" in path.name and not path.name.endswith(".partial") and path.is_dir():
+            for child in path.iterdir():
+                real_rmtree(child) if child.is_dir() else child.unlink()
+            raise _Killed
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoints.shutil, "rmtree", killed_after_the_files)
+    with pytest.raises(_Killed):  # saving step 5 with keep 1 prunes steps 1-4
+        train_drafter(config.model_copy(update={"resume": True, "max_steps": 5, "keep_checkpoints": 1}))
+    monkeypatch.undo()
+    for step in (out / "checkpoints").glob("step-*"):
+        assert {"config.json", "model.safetensors", "trainer_state.pt"} <= {p.name for p in step.iterdir()}, step
+    assert train_drafter(config.model_copy(update={"resume": True, "max_steps": 6, "keep_checkpoints": 1})).steps == 6
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000006"]  # the leftovers swept

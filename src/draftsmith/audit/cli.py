@@ -34,13 +34,14 @@ def audit(config: AuditConfig, as_json: bool = False) -> None:
     from draftsmith.audit.tokenized import audit_tokenized
     from draftsmith.core.lazy import require_optional
     from draftsmith.core.progress import Progress
-    from draftsmith.data.sources import detect_kind
+    from draftsmith.data.sources import check_finished, detect_kind
     from draftsmith.data.tokenized import is_tokenize_output
 
     limits = Thresholds.from_assignments(config.threshold)
     paths, tokenizer, max_context, plot = config.paths, config.tokenizer, config.max_context, config.plot
     if plot is not None:
         require_optional("matplotlib", "--plot", "plot")
+    check_finished(paths, config.allow_partial)
     chosen = config.kind
     if chosen == "auto":
         chosen = "tokenized" if all(map(is_tokenize_output, paths)) else detect_kind(paths, config.split)

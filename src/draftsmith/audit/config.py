@@ -23,6 +23,9 @@ class AuditConfig(BaseModel):
         "auto", description="what the inputs hold; auto: a tokenize output directory or input_ids columns are tokenized"
     )
     split: str | None = Field(None, description="DatasetDict split to audit (default: train, else the only one)")
+    allow_partial: bool = Field(
+        False, description="use an input whose writer (generate, tokenize) is still running, as it is now; said on stderr"
+    )
     plot: Path | None = Field(None, description="write a PNG histogram of trainable tokens per sample")
     max_context: int | None = Field(None, ge=1, description="context limit in tokens")
     threshold: Annotated[list[str], cli(split=False)] = Field(

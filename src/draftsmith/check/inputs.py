@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from draftsmith.core.errors import InputError
+from draftsmith.model.safetensors_file import read_safetensors_header
 
 
 def _read_config(path: Path, what: str) -> dict[str, Any]:
@@ -36,6 +37,7 @@ def _tensor_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
 
     shapes: dict[str, tuple[int, ...]] = {}
     for file in files:
+        read_safetensors_header(file)
         try:
             with safe_open(str(file), framework="pt") as handle:
                 for name in handle.keys():
@@ -49,6 +51,7 @@ def _load_tensor(files: list[Path], names: tuple[str, ...]):
     from safetensors import safe_open
 
     for file in files:
+        read_safetensors_header(file)
         with safe_open(str(file), framework="pt") as handle:
             keys = set(handle.keys())
             for name in names:

@@ -12,6 +12,8 @@ import errno
 import json
 import math
 import os
+import shutil
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,15 +24,134 @@ DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 class DiskFullError(DraftsmithError):
-    """The file system ran out of space (or quota) while writing: one line, exit 2."""
+    """The file system ran out of space (or quota) while writing: one line, exit 2.
+
+    ``rerun`` is the exact command that continues the work (the CLI fills it in from its argv)."""
+
+    def __init__(self, where: str | Path | None = None, rerun: str | None = None):
+        self.where = where
+        super().__init__(
+            (f"{where}: " if where else "") + "the disk is full (no space left on device); free some space and "
+            + (f"resume with: {rerun}" if rerun else "rerun the same command") + " (what was written before is kept)"
+        )
 
 
-def disk_full(error: OSError, path: str | Path | None = None) -> DiskFullError:
-    where = path or error.filename
-    return DiskFullError(
-        (f"{where}: " if where else "") + "the disk is full (no space left on device); free some space "
-        "and rerun the same command (what was written before is kept)"
-    )
+def disk_full(error: BaseException, path: str | Path | None = None) -> DiskFullError:
+    return DiskFullError(path or getattr(error, "filename", None))
+
+
+# How libraries that do their own I/O say it when they do not raise an OSError (safetensors' Rust
+# error text; torch.save's RuntimeError carries the OSError as its context when given a file object).
+_DISK_FULL_TEXTS = ("no space left on device", "disk quota exceeded", "os error 28", "os error 122")
+
+
+def is_disk_full(error: BaseException, directory: str | Path | None = None) -> bool:
+    """Whether ``error``, raised while writing into ``directory``, is a full disk (or quota).
+
+    Looks through the chain of causes for an OSError with ENOSPC/EDQUOT or a library's text for it;
+    for an error that says nothing (torch.save to a path: "unexpected pos"), a ``directory`` whose
+    file system has no free block left decides.
+    """
+    if isinstance(error, (DraftsmithError, KeyboardInterrupt, SystemExit, GeneratorExit)):
+        return False
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in DISK_FULL:
+            return True
+        if any(text in str(current).lower() for text in _DISK_FULL_TEXTS):
+            return True
+        current = current.__cause__ or current.__context__
+    if directory is None or isinstance(error, OSError):
+        return False
+    try:
+        status = os.statvfs(directory)
+    except OSError:
+        return False
+    return (status.f_bfree if os.geteuid() == 0 else status.f_bavail) == 0
+
+
+@contextlib.contextmanager
+def disk_full_as_one_line(path: str | Path) -> Iterator[None]:
+    """Around a write to ``path`` (a file or a directory being filled) by any library: a full disk,
+    however the library reports it, becomes the one-line `DiskFullError` naming ``path``."""
+    try:
+        yield
+    except BaseException as error:
+        directory = Path(path) if Path(path).is_dir() else Path(path).parent
+        if is_disk_full(error, directory):
+            raise disk_full(error, path) from None
+        raise
+
+
+def _link_refused(path: Path) -> InputError:
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    return InputError(f"{path}: is a symbolic link (to {target}); draftsmith writes only plain files inside its "
+                      "output directory, never through a link: move the link away")
+
+
+def refuse_link(path: str | Path) -> Path:
+    """``path``, unless it is a symbolic link (an `InputError`): for a file draftsmith rewrites."""
+    path = Path(path)
+    if path.is_symlink():
+        raise _link_refused(path)
+    return path
+
+
+def open_own_file(path: str | Path, flags: int = os.O_RDWR | os.O_CREAT, mode: int = 0o644) -> int:
+    """A descriptor for a file draftsmith writes in its own output directory (a lock, a log).
+
+    Never through a symbolic link: one planted there (say to a file elsewhere) is refused, since
+    following it would truncate or append to a file outside the output directory.
+    """
+    path = Path(path)
+    try:
+        descriptor = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise _link_refused(path) from None
+        if error.errno in DISK_FULL:
+            raise disk_full(error, path) from None
+        raise
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise InputError(f"{path}: is not a plain file; draftsmith writes a plain file there: move it away")
+    return descriptor
+
+
+def open_append(path: str | Path, encoding: str = "utf-8"):
+    """``path`` opened for appending text (created if missing), never through a link."""
+    return os.fdopen(open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "a", encoding=encoding)
+
+
+def fresh_file(path: str | Path) -> Path:
+    """Make ``path`` (a temporary or staging name draftsmith owns) a new, empty plain file.
+
+    Whatever held the name before goes first -- a file left by a crash, or a link planted there --
+    so a writer that opens the name afterwards (safetensors, torch.save, Arrow) writes this new
+    file and never the one a link points to.
+    """
+    path = Path(path)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    os.close(open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+    return path
+
+
+def fresh_dir(path: str | Path) -> Path:
+    """Make ``path`` (a staging directory draftsmith owns) a new, empty directory; a link in its
+    place is removed, not followed (``rmtree`` of a link's target would empty a directory elsewhere)."""
+    path = Path(path)
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
 
 
 def read_json_file(path: Path, what: str) -> Any:
@@ -95,12 +216,14 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     temporary = temporary_name(path)
     try:
+        fresh_file(temporary)
         yield temporary
         publish(temporary, path)
     except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             temporary.unlink()
-        if isinstance(error, OSError) and error.errno in DISK_FULL:
+        # Any writer's way of saying it (safetensors, torch, Arrow), caught here at the write.
+        if is_disk_full(error, path.parent):
             raise disk_full(error, path) from None
         raise
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.io import fresh_file, open_own_file
 from draftsmith.core.paths import require_output_dir
 
 LOCK_NAME = ".draftsmith.lock"
@@ -96,9 +97,9 @@ def claim_directory(directory: str | Path, stage: str) -> None:
     path = directory / OWNER_NAME
     if path.exists():
         return
-    temporary = directory / f".{OWNER_NAME}.{os.getpid()}.tmp"
-    temporary.write_text(json.dumps({"stage": stage}) + "\n", encoding="utf-8")
+    temporary = fresh_file(directory / f".{OWNER_NAME}.{os.getpid()}.tmp")
     try:
+        temporary.write_text(json.dumps({"stage": stage}) + "\n", encoding="utf-8")
         os.link(temporary, path)
     except FileExistsError:
         pass
@@ -168,6 +169,38 @@ def lock_holder(path: str | Path) -> dict:
     return {"pid": pid, "host": host, "what": what, "alive": alive}
 
 
+def _flock_free(path: Path) -> bool:
+    """Whether a shared flock on ``path`` can be had now (taken and dropped at once): for a lock
+    whose holder is on another host, where /proc says nothing."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def live_writer(directory: str | Path) -> str | None:
+    """``pid N on HOST (what)`` of a run now writing ``directory`` (holding its ``.draftsmith.lock``
+    or a generate shard's ``.draftsmith.<shard>.lock``), else None: a reader asks this before taking
+    what is there as the whole output. A killed writer's stale pid counts as finished."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None
+    for path in sorted(directory.glob(".draftsmith*.lock")):
+        if path.is_symlink() or not path.is_file():
+            continue
+        holder = lock_holder(path)
+        if holder["alive"] or (holder["alive"] is None and not _flock_free(path)):
+            return f"pid {holder['pid']} on {holder['host']}" + (f" ({holder['what']})" if holder["what"] else "")
+    return None
+
+
 class DirectoryLock:
     """Exclusive lock on an output directory (created if missing); a context manager."""
 
@@ -189,7 +222,7 @@ class DirectoryLock:
         if self.own and self.directory.is_dir():
             check_owner(self.directory, self.stage)  # before even the lock file is made in there
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_own_file(self.path)  # never through a link planted in its place
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

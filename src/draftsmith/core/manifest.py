@@ -135,15 +135,30 @@ def set_complete(directory: str | os.PathLike, complete: bool) -> None:
         write_json_atomic(path, {**manifest, "complete": complete})
 
 
-def require_complete(directory: str | os.PathLike, what: str, rerun: str) -> None:
+def require_complete(directory: str | os.PathLike, what: str, rerun: str, allow_partial: bool = False) -> list[str]:
     """Refuse an output whose manifest says its run never finished (killed, still running, or
-    stopped by its own error gate)."""
+    stopped by its own error gate). With ``allow_partial`` it is used on purpose: said on stderr and
+    returned as a note for the reader's manifest (`record_partial_inputs`)."""
     directory = Path(directory)
     if not directory.is_dir():
-        return
+        return []
     manifest = read_manifest(directory)
     if manifest is not None and manifest.get("complete") is False:
-        raise InputError(
-            f"{directory}: {what} is incomplete: the `{manifest.get('stage')}` run that writes it did not finish "
-            f"(killed, still running, or stopped on errors); {rerun}"
-        )
+        note = (f"{directory}: {what} is incomplete: the `{manifest.get('stage')}` run that writes it did not finish "
+                "(killed, still running, or stopped on errors)")
+        if not allow_partial:
+            raise InputError(f"{note}; {rerun}, or pass --allow-partial to use it as it is")
+        print(f"draftsmith: warning: {note}; using it as it is (--allow-partial)", file=sys.stderr, flush=True)
+        return [note]
+    return []
+
+
+def record_partial_inputs(directory: str | os.PathLike, notes: list[str]) -> None:
+    """Record in the manifest that this output was made from partial inputs on purpose
+    (``--allow-partial``): ``partial_inputs`` keeps every such note of every run that wrote it."""
+    if not notes:
+        return
+    path = Path(directory) / MANIFEST_NAME
+    manifest = read_json_file(path, "run manifest")
+    recorded = list(manifest.get("partial_inputs") or [])
+    write_json_atomic(path, {**manifest, "partial_inputs": recorded + [f"{_now()} {note}" for note in notes]})

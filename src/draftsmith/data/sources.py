@@ -29,6 +29,7 @@ from draftsmith.core.limits import MAX_ROW_BYTES_ENV
 from draftsmith.core.limits import max_row_bytes as resolve_max_row_bytes
 from draftsmith.core.lines import OversizedLine, iter_lines
 from draftsmith.core.manifest import read_manifest
+from draftsmith.core.lock import live_writer
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz", ".json.gz")
 JSON_SUFFIXES = (".json",)
@@ -120,6 +121,28 @@ def generated_row_files(directory: str | Path) -> list[Path] | None:
     return None
 
 
+def check_finished(inputs: Iterable[str | Path], allow_partial: bool, flag: str = "--allow-partial") -> list[str]:
+    """Refuse an input whose draftsmith writer is still running (a generate or tokenize directory, or
+    a file in one, whose lock a live process holds): what is there now is a part, not the output.
+
+    With ``allow_partial`` the part is used on purpose: said on stderr and returned (one line per
+    input) for the reader to record in its manifest.
+    """
+    used: list[str] = []
+    for item in inputs:
+        path = Path(item)
+        directory = path if path.is_dir() else path.parent
+        writer = live_writer(directory)
+        if writer is None:
+            continue
+        note = f"{path}: still being written by {writer}"
+        if not allow_partial:
+            raise InputError(f"{note}; wait for it to finish, or pass {flag} to use what is written so far")
+        print(f"draftsmith: warning: {note}; using what is written so far ({flag})", file=sys.stderr, flush=True)
+        used.append(note)
+    return used
+
+
 def choose_split(splits: list[str], split: str | None, where: str) -> str:
     """The one DatasetDict split rule (see the module docstring)."""
     if split is not None:
@@ -159,7 +182,26 @@ def datasets_dir_files(directory: Path, split: str | None = None) -> list[Path] 
     return None
 
 
-def _walk(directory: Path, suffixes: tuple[str, ...], split: str | None) -> list[Path]:
+def _first_visit(path: Path, seen: set[tuple[int, int]]) -> bool:
+    """Whether ``path`` (a directory or file, links followed) is met for the first time in a walk.
+
+    Folders are walked through links, so a link to a folder itself or to one above it (a cycle),
+    or two links to one file, would otherwise read the same rows again and again."""
+    try:
+        status = path.stat()
+    except OSError:  # a dangling link: nothing to read there
+        return False
+    key = (status.st_dev, status.st_ino)
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
+def _walk(directory: Path, suffixes: tuple[str, ...], split: str | None, seen: set[tuple[int, int]] | None = None) -> list[Path]:
+    seen = set() if seen is None else seen
+    if not _first_visit(directory, seen):
+        return []
     saved = datasets_dir_files(directory, split)
     if saved is not None:
         return saved
@@ -174,20 +216,23 @@ def _walk(directory: Path, suffixes: tuple[str, ...], split: str | None) -> list
         if child.name.startswith((".", "_")):
             continue
         if child.is_dir():
-            found.extend(_walk(child, suffixes, split))
-        elif child.is_file() and suffix_of(child) in suffixes:
+            found.extend(_walk(child, suffixes, split, seen))
+        elif child.is_file() and suffix_of(child) in suffixes and _first_visit(child, seen):
             found.append(child)
     return found
 
 
-def holds_dataset_dict(directory: Path) -> bool:
+def holds_dataset_dict(directory: Path, seen: set[tuple[int, int]] | None = None) -> bool:
     """Whether a folder is, or holds, a ``save_to_disk`` DatasetDict (what ``--split`` chooses in)."""
+    seen = set() if seen is None else seen
+    if not _first_visit(directory, seen):
+        return False
     if (directory / "dataset_dict.json").is_file():
         return True
     if (directory / "state.json").is_file() or generated_row_files(directory) is not None:
         return False
     return any(
-        holds_dataset_dict(child) for child in sorted(directory.iterdir())
+        holds_dataset_dict(child, seen) for child in sorted(directory.iterdir())
         if child.is_dir() and not child.name.startswith((".", "_"))
     )
 
@@ -220,12 +265,16 @@ def resolve(
     check_split(inputs, split)
     kinds = ", ".join(suffixes)
     files: list[Path] = []
+    seen: set[tuple[int, int]] = set()  # one walk over all inputs: a folder reached twice is read once
     for item in inputs:
         path = Path(item)
         if not path.exists():
             raise InputError(f"{path}: no such file or directory")
         if path.is_dir():
-            found = _walk(path, suffixes, split)
+            status = path.stat()
+            if (status.st_dev, status.st_ino) in seen:
+                continue  # the same folder given twice (or inside another input): read once
+            found = _walk(path, suffixes, split, seen)
             if not found:
                 raise InputError(f"{path}: directory holds no {kinds} or datasets files")
             files.extend(found)

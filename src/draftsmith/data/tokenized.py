@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from draftsmith.core.errors import InputError
-from draftsmith.core.io import atomic_path
+from draftsmith.core.io import atomic_path, fresh_file
 from draftsmith.data.sources import TABLE_SUFFIXES, column_names, resolve, suffix_of, table_batches
 
 SHARD_PATTERN = "part-{index:05d}.arrow"
@@ -247,7 +247,7 @@ def _write_streamed(path: Path, batches: Iterable[tuple[CheckedBatch, list[str |
     its record batches are copied, zero-copy, into `path` under the finished metadata.
     """
     stats, digest = _new_stats(), _ContentDigest()
-    staging = path.with_name(f".{path.name}.staging")
+    staging = fresh_file(path.with_name(f".{path.name}.staging"))
     try:
         with pa.OSFile(str(staging), "wb") as sink, pa.ipc.new_file(sink, SCHEMA) as writer:
             for batch, finish_reasons in batches:

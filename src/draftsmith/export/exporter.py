@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ import torch
 from draftsmith.core.config import torch_dtype
 from draftsmith.core.errors import InputError
 from draftsmith.core.paths import require_output_dir
-from draftsmith.core.io import publish
+from draftsmith.core.io import disk_full_as_one_line, fresh_dir, publish, write_atomic
 from draftsmith.core.lock import lock_directory
 from draftsmith.model import CONFIG_NAME, DFlashDraftModel, feature_definition_warning, load_drafter, save_drafter
 
@@ -181,6 +182,9 @@ def export_drafter(
 ) -> ExportResult:
     """Write the serving checkpoint for `drafter` (a directory, train output dir, or model) to `out`."""
     out = require_output_dir(out, "--out")
+    if out.is_symlink():  # replaced as a whole at the end: the link's target is not ours to delete
+        raise InputError(f"--out {out}: is a symbolic link (to {os.readlink(out)}); export replaces --out as a whole, "
+                         f"so give the directory itself ({out.resolve()}) or a new path")
     # `out` itself is replaced by a rename at the end, so its lock lives next to it.
     with lock_directory(out, "export", lock_file=out.parent / f".{out.name}.draftsmith.lock"):
         return _export(drafter, out, dtype, overwrite, check_reference)
@@ -214,11 +218,14 @@ def _export(drafter, out: Path, dtype: str | None, overwrite: bool, check_refere
     if source is not None and out.resolve() == source.resolve():
         raise InputError(f"{out}: is the source drafter directory; export to a new directory")
 
-    staging = out.with_name(f".{out.name}.partial")
-    if staging.exists():
-        shutil.rmtree(staging)
-    save_drafter(model, staging, dtype=target_dtype)
-    (staging / "README.md").write_text(_model_card(model.config, dtype_name))
+    staging = fresh_dir(out.with_name(f".{out.name}.partial"))
+    try:
+        with disk_full_as_one_line(staging):  # removed on any failure: nothing half-written stays
+            save_drafter(model, staging, dtype=target_dtype)
+            write_atomic(staging / "README.md", _model_card(model.config, dtype_name))
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
     reloaded = load_drafter(staging)
     inputs = probe_inputs(model)

@@ -71,7 +71,10 @@ class FeatureStore:
         index says is refused naming it, never sliced into short or empty rows mid-epoch."""
         from safetensors import safe_open
 
+        from draftsmith.model.safetensors_file import read_safetensors_header
+
         path = self.path / shard["file"]
+        read_safetensors_header(path)  # offsets and sizes first, as on every path that reads safetensors
         handle = safe_open(str(path), framework="pt")
         offsets, input_ids = handle.get_tensor("offsets"), handle.get_tensor("input_ids")
         features = handle.get_slice("features")

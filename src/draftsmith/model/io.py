@@ -20,6 +20,7 @@ from draftsmith.core.errors import InputError
 from draftsmith.core.io import atomic_path, write_atomic
 from draftsmith.model.config import DFlashConfig
 from draftsmith.model.drafter import DFlashDraftModel
+from draftsmith.model.safetensors_file import read_safetensors_header
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -138,6 +139,7 @@ def load_drafter_config(path: str | os.PathLike) -> DFlashConfig:
 
 def read_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """All tensors of one safetensors file; a truncated or corrupt file is an `InputError` naming it."""
+    read_safetensors_header(path)
     try:
         with safe_open(str(path), framework="pt") as handle:
             return {name: handle.get_tensor(name) for name in handle.keys()}

@@ -143,6 +143,12 @@ def _tensor_names(file: Path) -> list[str]:
     """
     from safetensors import safe_open
 
+    from draftsmith.model.safetensors_file import read_safetensors_header
+
+    try:
+        read_safetensors_header(file)  # offsets and sizes, the same check on every path that reads weights
+    except InputError as error:
+        raise InputError(f"{error}; re-download the target") from None
     try:
         with safe_open(str(file), framework="pt") as handle:
             return list(handle.keys())

@@ -45,6 +45,9 @@ class TokenizeOptions(BaseModel):
     progress: bool = Field(True, description="show a progress bar")
     split: str | None = Field(None, description="DatasetDict split to read (default: train, else the only one)")
     force_resume: bool = Field(False, description="resume into --out although it was written with other settings")
+    allow_partial: bool = Field(
+        False, description="use an input whose writer (generate, tokenize) is still running, as it is now; recorded in the manifest"
+    )
     max_row_bytes: int | None = Field(
         None, ge=1, description="JSONL rows longer than this are dropped unread (counted as row_too_large); "
         "default $DRAFTSMITH_MAX_ROW_BYTES, else 64 MiB"

@@ -22,7 +22,7 @@ from typing import Any
 
 from draftsmith.core.limits import workers_for
 from draftsmith.core.errors import DraftsmithError, InputError
-from draftsmith.core.manifest import MANIFEST_NAME, check_manifest, set_complete, tokenizer_fingerprint
+from draftsmith.core.manifest import MANIFEST_NAME, check_manifest, record_partial_inputs, set_complete, tokenizer_fingerprint
 from draftsmith.core.paths import require_output_dir
 from draftsmith.core.io import write_json_atomic
 from draftsmith.core.lock import lock_directory
@@ -33,7 +33,7 @@ from draftsmith.tokenize.masking import POLICY_REASONS, ChatMasker, MaskedRow, M
 from draftsmith.data.conversation import conversation_from_row
 from draftsmith.data.thinking import choose_thinking
 from draftsmith.data.generated import INCOMPLETE_ANSWER, engine_fields, incomplete_answer
-from draftsmith.data.sources import Record, count_records, iter_records, resolve
+from draftsmith.data.sources import Record, check_finished, count_records, iter_records, resolve
 from draftsmith.data.tokenized import SUMMARY_NAME, ShardWriter, prepare_output_dir, written_ids
 
 EXAMPLES_PER_REASON = 3
@@ -269,6 +269,7 @@ def _tokenize_dataset(
     if isinstance(inputs, (str, Path)):
         inputs = [inputs]
     paths = resolve(inputs, options.split)
+    partial = check_finished(inputs, options.allow_partial)
     output = Path(output_dir)
     tokenizer_path = str(tokenizer_path)
     masker = ChatMasker.from_path(tokenizer_path, options.masker_config())  # a bad tokenizer fails here
@@ -279,6 +280,7 @@ def _tokenize_dataset(
     manifest = check_manifest(output, "tokenize", settings, force=options.force_resume)
     # The template record travels with the data: train copies it into the drafter's config.
     write_json_atomic(output / MANIFEST_NAME, {**manifest, "template": masker.template_record()})
+    record_partial_inputs(output, partial)
     set_complete(output, False)  # until the summary is written; train refuses the shards before
     skip_ids = frozenset(written_ids(output, existing))
 

@@ -16,7 +16,6 @@ and the skip is said on stderr, because silently training from an older step wou
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -25,7 +24,8 @@ import numpy as np
 import torch
 
 from draftsmith.core.errors import InputError
-from draftsmith.core.io import publish, write_json_atomic
+from draftsmith.core.io import (atomic_path, disk_full_as_one_line, fresh_dir, publish, refuse_link, write_atomic,
+                                write_json_atomic)
 
 CHECKPOINT_DIR = "checkpoints"
 STATE_FILE = "trainer_state.pt"
@@ -72,6 +72,21 @@ def load_trainer_state(checkpoint: Path) -> dict:
     return state
 
 
+def check_checkpoint_weights(checkpoint: Path, state: dict) -> None:
+    """Refuse a checkpoint whose weights are missing or cut short (a full disk, a copy that stopped,
+    a kill while an older run pruned it): checked by size and header, without reading the tensors."""
+    from draftsmith.model.io import WEIGHTS_NAME
+    from draftsmith.model.safetensors_file import read_safetensors_header
+
+    if "drafter_state" in state:  # written before the weights were stored once, beside the state
+        return
+    if (checkpoint / SHARDED_DIR).is_dir():
+        if not (checkpoint / SHARDED_DIR / ".metadata").is_file():
+            raise InputError(f"{checkpoint / SHARDED_DIR}: missing its .metadata (the sharded save did not finish)")
+        return
+    read_safetensors_header(checkpoint / WEIGHTS_NAME)
+
+
 def checkpoints_newest_first(out_dir: Path) -> list[Path]:
     root = Path(out_dir) / CHECKPOINT_DIR
     if not root.exists():
@@ -86,6 +101,7 @@ def newest_intact_checkpoint(out_dir: Path) -> tuple[Path, dict] | None:
     for checkpoint in candidates:
         try:
             state = load_trainer_state(checkpoint)
+            check_checkpoint_weights(checkpoint, state)
         except InputError as error:
             skipped.append(str(error))
             continue
@@ -103,7 +119,7 @@ def cut_log(path: Path, step: int) -> int:
     A line cut short by a kill is dropped too. The file is rewritten through a rename, so a
     second kill during the cut leaves either the old log or the new one.
     """
-    path = Path(path)
+    path = refuse_link(path)  # the log is appended to next: never through a link
     if not path.exists():
         return 0
     kept, dropped = [], 0
@@ -118,13 +134,28 @@ def cut_log(path: Path, step: int) -> int:
         else:
             dropped += 1
     if dropped:
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-        os.replace(partial, path)
+        write_atomic(path, "".join(line + "\n" for line in kept))
     return dropped
 
 
 SHARDED_DIR = "sharded"
+DISCARDED = ".discarded"
+
+
+def discard(directory: Path) -> None:
+    """Delete a checkpoint (or published drafter) directory so that a kill half-way leaves nothing
+    under its name: it is renamed to a hidden name first (atomic), then deleted; a later save sweeps
+    what a killed deletion left."""
+    directory = Path(directory)
+    if directory.is_symlink():
+        directory.unlink()
+        return
+    if not directory.exists():
+        return
+    hidden = directory.with_name(f".{directory.name}{DISCARDED}")
+    shutil.rmtree(hidden, ignore_errors=True)
+    directory.rename(hidden)
+    shutil.rmtree(hidden, ignore_errors=True)
 
 
 def step_name(step: int) -> str:
@@ -201,11 +232,31 @@ class Checkpointer:
         final, partial = self.root / step_name(step), self.root / f".{step_name(step)}.partial"
         if self.context.is_main:
             self.root.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(partial, ignore_errors=True)
-            partial.mkdir()
+            for leftover in [*self.root.glob(".step-*.partial"), *self.root.glob(f".*{DISCARDED}")]:
+                shutil.rmtree(leftover, ignore_errors=True)  # of a killed save or prune: one writer per --out
+            fresh_dir(partial)
         barrier(self.context)
         state = {**self.states["train"].state_dict(), "config": self.config}
         state.update({name: stateful.state_dict() for name, stateful in self.states.items() if name != "train"})
+        try:
+            # A full disk (safetensors, torch.save and DCP each say it their own way) is one line;
+            # the half-written checkpoint is removed, never published, and its space given back.
+            with disk_full_as_one_line(partial):
+                self._write(partial, state)
+        except BaseException:
+            if self.context.is_main:
+                shutil.rmtree(partial, ignore_errors=True)
+            raise
+        if self.context.is_main:
+            discard(final)
+            publish(partial, final)
+            for old in checkpoints_newest_first(self.root.parent)[self.keep :]:
+                discard(old)
+        barrier(self.context)
+        self.last_saved = step
+        return final
+
+    def _write(self, partial: Path, state: dict) -> None:
         if self.sharded:
             self._save_sharded(partial)
         elif self.context.is_main:
@@ -214,15 +265,8 @@ class Checkpointer:
             save_drafter(self.model, partial)
             state["optimizer"] = self.optimizer.state_dict()
         if self.context.is_main:
-            torch.save(state, partial / STATE_FILE)
-            if final.exists():
-                shutil.rmtree(final)
-            publish(partial, final)
-            for old in checkpoints_newest_first(self.root.parent)[self.keep :]:
-                shutil.rmtree(old, ignore_errors=True)
-        barrier(self.context)
-        self.last_saved = step
-        return final
+            with atomic_path(partial / STATE_FILE) as temporary, open(temporary, "wb") as handle:
+                torch.save(state, handle)  # through a Python file: a failed write keeps its OSError as the cause
 
     def _save_sharded(self, partial: Path) -> None:
         import torch.distributed.checkpoint as dcp
@@ -248,12 +292,16 @@ class Checkpointer:
                 drafter.load_state_dict(state, strict=False)
             else:
                 drafter = self.model
-            partial = Path(out_dir) / f".{name}.partial"
-            shutil.rmtree(partial, ignore_errors=True)
-            save_drafter(drafter, partial)
-            if record is not None:
-                write_json_atomic(partial / RECORD_FILE, record)
-            shutil.rmtree(final, ignore_errors=True)
+            partial = fresh_dir(Path(out_dir) / f".{name}.partial")
+            try:
+                with disk_full_as_one_line(partial):
+                    save_drafter(drafter, partial)
+                    if record is not None:
+                        write_json_atomic(partial / RECORD_FILE, record)
+            except BaseException:
+                shutil.rmtree(partial, ignore_errors=True)
+                raise
+            discard(final)
             publish(partial, final)
         del state
         barrier(self.context)

@@ -38,6 +38,9 @@ class TrainConfig(BaseModel):
     data: Path = Field(description="tokenized dataset: a `draftsmith tokenize` directory (Arrow shards) or one shard file")
     out: Path = Field(description="output directory: checkpoints/, drafter/, train_log.jsonl")
     split: str | None = Field(None, description="DatasetDict split of --data (default: train, else the only one)")
+    allow_partial: bool = Field(
+        False, description="use an input whose writer (tokenize) is still running or did not finish, as it is; recorded in the manifest"
+    )
     offline_features: Annotated[Path | None, cli("--offline")] = Field(
         None, description="features directory from `draftsmith extract` (offline training)"
     )
@@ -110,4 +113,7 @@ class ExtractConfig(BaseModel):
     samples_per_shard: int | None = Field(None, ge=1, description="samples per shard (default: about 1 GiB per shard)")
     device: str = "auto"
     force: bool = Field(False, description="extract even if the estimate exceeds free disk")
+    allow_partial: bool = Field(
+        False, description="use a tokenized set whose tokenize run is still running or did not finish, as it is; recorded in the manifest"
+    )
     progress: bool = True

@@ -20,7 +20,8 @@ from draftsmith.core.config import torch_dtype
 from draftsmith.core.errors import InputError
 from draftsmith.core.io import atomic_path, write_json_atomic
 from draftsmith.core.lock import lock_directory
-from draftsmith.core.manifest import check_manifest, require_complete, tokenizer_fingerprint
+from draftsmith.core.manifest import check_manifest, record_partial_inputs, require_complete, tokenizer_fingerprint
+from draftsmith.data.sources import check_finished
 from draftsmith.core.progress import Progress
 from draftsmith.data.tokenized import TokenizedDataset, load_tokenized
 from draftsmith.model.config import FEATURE_DEFINITION, resolve_layer_ids
@@ -72,6 +73,7 @@ def extract_features(
     samples_per_shard: int | None = None,
     device: str = "auto",
     force: bool = False,
+    allow_partial: bool = False,
     progress: bool = True,
     echo=print,
 ) -> ExtractResult:
@@ -81,7 +83,7 @@ def extract_features(
     settings = ExtractConfig(
         target=target, data=data, out=out, num_features=num_features, target_layer_ids=target_layer_ids,
         dtype=dtype, max_length=max_length, batch_size=batch_size, samples_per_shard=samples_per_shard,
-        device=device, force=force, progress=progress,
+        device=device, force=force, allow_partial=allow_partial, progress=progress,
     )
     with lock_directory(settings.out, "extract"):
         return _extract(settings, started, echo)
@@ -141,7 +143,10 @@ def _plan(settings: ExtractConfig, echo) -> _Extraction:
     target, out, dtype, max_length = settings.target, settings.out, settings.dtype, settings.max_length
     target_config = load_target_config(target)
     weight_files(target)  # a truncated or corrupt download is named before the data is read
-    require_complete(settings.data, "the tokenized set", "rerun `draftsmith tokenize --resume` to finish it")
+    partial = check_finished([settings.data], settings.allow_partial)
+    if not partial:
+        partial = require_complete(settings.data, "the tokenized set", "rerun `draftsmith tokenize --resume` to finish it",
+                                   settings.allow_partial)
     dataset = load_tokenized(settings.data, max_length=max_length)
     check_vocabulary(dataset, target_config.vocab_size)
     layer_ids = resolve_layer_ids(target_config, settings.num_features, settings.target_layer_ids)
@@ -172,6 +177,7 @@ def _plan(settings: ExtractConfig, echo) -> _Extraction:
         "target": tokenizer_fingerprint(target), "data_fingerprint": header["data_fingerprint"],
         "layer_ids": layer_ids, "feature_definition": FEATURE_DEFINITION, "dtype": dtype, "max_length": max_length,
     }, force_flag=None)  # features of two settings in one directory are never usable: no --force-resume
+    record_partial_inputs(out, partial)
     return _Extraction(dataset, layer_ids, header, samples_per_shard, summary)
 
 

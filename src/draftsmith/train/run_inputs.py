@@ -10,16 +10,17 @@ data rewritten in place is refused like one on another path.
 from __future__ import annotations
 
 import hashlib
-import json
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from draftsmith.core.errors import InputError
-from draftsmith.core.manifest import MANIFEST_NAME, check_manifest, read_manifest, require_complete, tokenizer_fingerprint
+from draftsmith.core.manifest import (MANIFEST_NAME, check_manifest, read_manifest, record_partial_inputs, require_complete,
+                                      tokenizer_fingerprint)
+from draftsmith.data.sources import check_finished
 from draftsmith.data.tokenized import TokenizedDataset, load_tokenized
+from draftsmith.model.safetensors_file import read_safetensors_header
 from draftsmith.train.checkpoints import checkpoints_newest_first, newest_intact_checkpoint
 from draftsmith.train.config import TrainConfig
 from draftsmith.train.loader import trainable_indices
@@ -57,7 +58,9 @@ def weights_fingerprint(target_dir: Path) -> str:
         size = file.stat().st_size
         digest.update(f"{file.name}\0{size}\0".encode())
         with file.open("rb") as handle:
-            if file.suffix != ".safetensors" or not _hash_safetensors(handle, size, digest):
+            if file.suffix == ".safetensors":
+                _hash_safetensors(file, handle, digest)
+            else:
                 handle.seek(0)
                 digest.update(handle.read(1 << 20))
                 handle.seek(max(0, size - (1 << 20)))
@@ -68,25 +71,14 @@ def weights_fingerprint(target_dir: Path) -> str:
 SAMPLES_PER_TENSOR, SAMPLE_BYTES = 16, 512
 
 
-def _hash_safetensors(handle, size: int, digest) -> bool:
-    """Header and sampled tensor bytes into `digest`; False when the file is no readable safetensors."""
-    head = handle.read(8)
-    if len(head) < 8:
-        return False
-    (length,) = struct.unpack("<Q", head)
-    if length > min(size - 8, 100 << 20):
-        return False
-    header = handle.read(length)
-    digest.update(header)
-    try:
-        entries = json.loads(header)
-    except ValueError:
-        return False
-    spans = sorted(
-        (entry["data_offsets"] for name, entry in entries.items() if name != "__metadata__" and isinstance(entry, dict)),
-        key=lambda span: span[0],
-    )
-    for begin, end in spans:
+def _hash_safetensors(file: Path, handle, digest) -> None:
+    """Header and sampled tensor bytes into `digest`; a header whose offsets or sizes do not hold
+    (so the samples would be read from the wrong places) is an `InputError` naming the file."""
+    header = read_safetensors_header(file)
+    handle.seek(8)
+    digest.update(handle.read(header.length))
+    length = header.length
+    for begin, end in header.spans():
         if end - begin <= SAMPLES_PER_TENSOR * SAMPLE_BYTES:  # a small tensor: all of it
             windows = [(begin, end - begin)]
         else:
@@ -94,7 +86,6 @@ def _hash_safetensors(handle, size: int, digest) -> bool:
         for start, count in windows:
             handle.seek(8 + length + start)
             digest.update(handle.read(count))
-    return True
 
 
 def data_directory(data: Path) -> Path:
@@ -139,7 +130,10 @@ def open_run_inputs(config: TrainConfig, context) -> RunInputs:
     if config.eval_prompts is not None and config.sharding == "fsdp" and context.enabled:
         raise InputError("--eval-prompts runs under --sharding ddp or in one process: a sharded target cannot decode on one rank")
     # A single shard of an unfinished tokenize run is as unfinished as its directory.
-    require_complete(data_directory(config.data), "the tokenized set", "rerun `draftsmith tokenize --resume` to finish it")
+    partial = check_finished([config.data], config.allow_partial)
+    if not partial:
+        partial = require_complete(data_directory(config.data), "the tokenized set",
+                                   "rerun `draftsmith tokenize --resume` to finish it", config.allow_partial)
     dataset = load_tokenized(config.data, max_length=config.max_length, split=config.split)
     trainable = trainable_indices(dataset)
     if trainable.size == 0:
@@ -155,4 +149,5 @@ def open_run_inputs(config: TrainConfig, context) -> RunInputs:
         if found is None:  # a fresh run: whatever an earlier, checkpoint-less attempt recorded is moot
             (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
         check_manifest(out_dir, "train", resume_settings(config, dataset, template), force=config.force_resume)
+        record_partial_inputs(out_dir, partial)
     return RunInputs(dataset, trainable, found, template)

@@ -35,7 +35,7 @@ import torch
 
 from draftsmith.core.config import torch_dtype
 from draftsmith.core.errors import InputError
-from draftsmith.core.io import write_json_atomic
+from draftsmith.core.io import open_append, write_atomic, write_json_atomic
 from draftsmith.core.limits import workers_for
 from draftsmith.core.lock import lock_directory
 from draftsmith.core.manifest import MANIFEST_NAME, check_manifest
@@ -404,7 +404,7 @@ def _announce(config, context, trainer, run: RunInputs, total_steps: int, per_ep
         return
     out_dir = Path(config.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "train_config.json").write_text(json.dumps(config.model_dump(mode="json"), indent=1))
+    write_atomic(out_dir / "train_config.json", json.dumps(config.model_dump(mode="json"), indent=1))
     mode = "offline" if config.offline_features else "online"
     print(
         f"training a {config.num_draft_layers}-layer drafter (block {config.block_size}, gamma {trainer.gamma:g}, "
@@ -427,7 +427,7 @@ class RunLog:
         self.window_start, self.window_tokens = time.perf_counter(), 0
         if self.main:
             cut_log(self.path, step)  # records past the checkpoint would repeat
-        self.handle = self.path.open("a") if self.main else None
+        self.handle = open_append(self.path) if self.main else None
         self.reporter = make_reporter(config.report_to if self.main else "none", out_dir, config.model_dump(mode="json"))
         self.progress = Progress("train", total_steps, unit="steps", token_unit="tok", enabled=config.progress and self.main,
                                  completed=step)  # fmt: skip
