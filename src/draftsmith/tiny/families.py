@@ -78,6 +78,13 @@ FAMILIES: dict[str, Family] = {
         {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"},
         _MISTRAL, fields={"tie_word_embeddings": False, "sliding_window": None},
     ),
+    # Mistral 7B v0.1's shape: no pad token, no reserved ids, the tokenizer fills the embedding
+    # table exactly; no id is spare, so the drafter gets its own mask embedding.
+    "mistral-nopad": Family(
+        "mistral-nopad", "MistralConfig", ["<unk>", "<s>", "</s>", "[INST]", "[/INST]"],
+        {"bos_token": "<s>", "eos_token": "</s>", "pad_token": None, "unk_token": "<unk>"},
+        _MISTRAL, fields={"tie_word_embeddings": False, "sliding_window": None},
+    ),
 }
 
 
