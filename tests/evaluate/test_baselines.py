@@ -192,7 +192,7 @@ def test_untrained_without_a_drafter_takes_the_tokenizers_mask_or_says_what_to_p
     assert code == 0, capsys.readouterr().err
     assert json.loads(capsys.readouterr().out)["method"] == "untrained"
     assert untrained_drafter(target, None, 8, None, tiny_tokenizer, 0).mask_token_id == mask_token_id(tiny_tokenizer)
-    with pytest.raises(InputError, match="no safe mask token in the target's tokenizer; pass --mask-token-id"):
+    with pytest.raises(InputError, match="no tokenizer to choose a mask token from; pass --mask-token-id"):
         untrained_drafter(target, None, 8, None, None, 0)
     with pytest.raises(InputError, match="outside the target's embedding table"):
         untrained_drafter(target, None, 8, 10**6, tiny_tokenizer, 0)

@@ -36,12 +36,63 @@ def test_an_unused_reserved_token_is_next_and_never_one_the_template_uses(tokeni
     assert choose_mask_token(llama, len(llama)).token == "<|reserved_special_token_2|>"
 
 
-def test_a_pad_token_distinct_from_eos_is_the_last_resort_and_none_is_refused(tokenizers):
+def test_a_pad_token_distinct_from_eos_is_the_last_tokenizer_id(tokenizers):
     mistral = tokenizers["mistral"]
     choice = choose_mask_token(mistral, len(mistral))
     assert (choice.token, choice.source) == ("<pad>", "pad_token")
+
+
+def test_with_no_spare_id_the_drafter_owns_a_mask_embedding_in_place_of_eos(tokenizers):
+    # Mistral v0.1's shape: the tokenizer fills the table, no pad, no reserved token.
+    nopad = tokenizers["mistral-nopad"]
+    assert nopad.pad_token is None and not any("control" in t or "reserved" in t for t in nopad.get_vocab())
+    choice = choose_mask_token(nopad, len(nopad))
+    assert (choice.token_id, choice.token, choice.source) == (nopad.eos_token_id, "</s>", "drafter_embedding")
+    assert "mask_embedding.pt" in choice.describe()
+    # A pad token that is eos is no spare id either.
+    mistral = tokenizers["mistral"]
     mistral.pad_token = mistral.eos_token
-    assert choose_mask_token(mistral, len(mistral)) is None
+    assert choose_mask_token(mistral, len(mistral)).source == "drafter_embedding"
+
+
+def test_the_mask_embedding_replaces_every_mask_position_and_ships_as_vllm_reads_it(tmp_path):
+    import torch
+
+    from draftsmith.model import DFlashDraftModel, build_drafter_config, load_drafter, save_drafter
+    from draftsmith.model.drafter import replace_mask_rows
+    from draftsmith.model.io import mask_embedding_state, read_mask_embedding_file
+
+    target = build_family_target("mistral-nopad", tmp_path / "target")
+    choice = mask_token_for(target)
+    from draftsmith.model.target import load_target_config
+
+    config = build_drafter_config(load_target_config(target), num_draft_layers=1, block_size=4,
+                                  mask_token_id=choice.token_id)
+    config.dflash_config = {**config.dflash_config, **choice.record()}
+    drafter = DFlashDraftModel(config)
+    assert drafter.mask_embedding is not None and drafter.mask_embedding.shape == (config.hidden_size,)
+    assert DFlashDraftModel(build_drafter_config(load_target_config(target), num_draft_layers=1, block_size=4,
+                                                 mask_token_id=choice.token_id)).mask_embedding is None
+
+    block = torch.tensor([[7, choice.token_id, choice.token_id, 9]])
+    noise = torch.randn(1, 4, config.hidden_size)
+    replaced = replace_mask_rows(noise, block, choice.token_id, drafter.mask_embedding)
+    torch.testing.assert_close(replaced[0, 1:3], drafter.mask_embedding.detach().expand(2, -1))
+    torch.testing.assert_close(replaced[0, [0, 3]], noise[0, [0, 3]])
+
+    save_drafter(drafter, tmp_path / "drafter")
+    token_id, embedding = read_mask_embedding_file(tmp_path / "drafter" / "mask_embedding.pt")
+    assert token_id == choice.token_id and embedding.shape == (config.hidden_size,)
+    # vLLM's qwen3_dflash `_read_mask_embedding`: torch.load(weights_only=True) of a dict with these keys.
+    raw = torch.load(tmp_path / "drafter" / "mask_embedding.pt", weights_only=True)
+    assert sorted(raw) == ["embedding", "mask_token_id"]
+    reloaded = load_drafter(tmp_path / "drafter")
+    torch.testing.assert_close(reloaded.mask_embedding, drafter.mask_embedding)
+    (tmp_path / "drafter" / "mask_embedding.pt").unlink()
+    from draftsmith.core.errors import InputError
+
+    with pytest.raises(InputError, match="mask_embedding.pt: not found"):
+        mask_embedding_state(tmp_path / "drafter", config)
 
 
 def test_mask_token_for_prints_the_choice_and_names_a_target_without_one(tmp_path, capsys):

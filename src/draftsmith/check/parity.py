@@ -38,17 +38,20 @@ def _prompt_ids(tokenizer, vocab_size: int):
     return torch.tensor([ids])
 
 
-def block_logits(drafter, target, tokenizer):
-    """(logits [1, B-1, V], context length) of `drafter` on the target's features of PROMPT."""
+def block_logits(drafter, target, tokenizer, mask_embedding=None):
+    """(logits [1, B-1, V], context length) of `drafter` on the target's features of PROMPT; the
+    block's mask positions take `mask_embedding` when the export ships one (the reference knows
+    no mask_embedding.pt, so both sides are handed the same block embedding)."""
     import torch
 
     from draftsmith.model import extract_target_features, target_embed_tokens, target_lm_head
+    from draftsmith.model.drafter import replace_mask_rows
 
     ids = _prompt_ids(tokenizer, int(target.config.vocab_size))
     context = extract_target_features(target, ids[:, :-1], None, list(drafter.target_layer_ids))
     block = torch.full((1, int(drafter.block_size)), int(drafter.mask_token_id))
     block[0, 0] = ids[0, -1]
-    noise = target_embed_tokens(target)(block).detach()
+    noise = replace_mask_rows(target_embed_tokens(target)(block), block, int(drafter.mask_token_id), mask_embedding).detach()
     positions = torch.arange(context.shape[1] + block.shape[1]).unsqueeze(0)
     with torch.no_grad():
         hidden = drafter(position_ids=positions, noise_embedding=noise, target_hidden=context)
@@ -79,8 +82,8 @@ def logit_parity(export_dir, target_dir, tokenizer=None, target=None) -> ParityR
     except Exception as error:
         return ParityResult(status="failed", detail=f"the reference cannot load the export ({type(error).__name__}: "
                             f"{error})", tolerance=TOLERANCE)
-    mine, context = block_logits(ours, target, tokenizer)
-    theirs, _ = block_logits(reference, target, tokenizer)
+    mine, context = block_logits(ours, target, tokenizer, ours.mask_embedding)
+    theirs, _ = block_logits(reference, target, tokenizer, ours.mask_embedding)
     diff = float((mine - theirs).abs().max())
     close = bool(((mine - theirs).abs() <= ATOL + RTOL * theirs.abs()).all())
     same_argmax = bool(torch.equal(mine.argmax(-1), theirs.argmax(-1)))

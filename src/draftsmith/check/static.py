@@ -87,7 +87,7 @@ def check_feature_definition(export: ExportView, target: TargetView, config: Che
 
 
 def check_mask_token(export: ExportView, target: TargetView, config: CheckConfig) -> list[Finding]:
-    from draftsmith.model.config import MASK_TOKEN
+    from draftsmith.model.config import DRAFTER_EMBEDDING, MASK_TOKEN
     from draftsmith.model.features import choose_mask_token, mask_token_id
 
     mask = export.value("mask_token_id")
@@ -112,7 +112,10 @@ def check_mask_token(export: ExportView, target: TargetView, config: CheckConfig
                          f"{shown!r} (id {mask} in the target tokenizer)",
                          "the target's tokenizer differs from the training one; serve the target it was trained on")]
     choice = choose_mask_token(tokenizer, vocab)
-    if choice is not None and choice.token_id == mask:
+    file = mask_embedding_findings(export, target, mask)
+    if file or export.flash.get("mask_token_source") == DRAFTER_EMBEDDING:
+        return file
+    if choice.token_id == mask and export.flash.get("mask_token_source", choice.source) == choice.source:
         return []
     if export.flash.get("mask_token_source") == "override" or shown is None or mask in tokenizer.added_tokens_decoder:
         return [_finding("mask", "dflash_config.mask_token_id", f"{mask} ({shown or 'a padding row'!r})",
@@ -121,6 +124,36 @@ def check_mask_token(export: ExportView, target: TargetView, config: CheckConfig
     return [_finding("mask", "dflash_config.mask_token_id", f"{mask} ({shown!r}, a real token)",
                      choice.describe() if choice else f"{MASK_TOKEN} or a padded row >= {len(tokenizer)}",
                      "retrain with draftsmith's default mask token (leave --mask-token-id unset)", "warning")]
+
+
+def mask_embedding_findings(export: ExportView, target: TargetView, mask: int) -> list[Finding]:
+    """A drafter-owned mask vector: mask_embedding.pt must exist (vLLM would otherwise feed the target's
+    row of the mask id), hold the config's mask id and one vector of the target's hidden size."""
+    from draftsmith.model.config import DRAFTER_EMBEDDING
+    from draftsmith.model.io import MASK_EMBEDDING_NAME, read_mask_embedding_file
+
+    file = export.path / MASK_EMBEDDING_NAME
+    owned = export.flash.get("mask_token_source") == DRAFTER_EMBEDDING
+    if not file.is_file():
+        return [_finding("mask", MASK_EMBEDDING_NAME, "missing", "the drafter's trained mask embedding",
+                         f"re-export: vLLM would embed mask id {mask} with the target's row, not the trained one")] if owned else []
+    try:
+        token_id, embedding = read_mask_embedding_file(file)
+    except InputError as error:
+        return [_finding("mask", MASK_EMBEDDING_NAME, error, "torch.save({'mask_token_id', 'embedding'})", "re-export")]
+    found = []
+    if token_id is not None and token_id != mask:  # vLLM refuses to load the drafter
+        found.append(_finding("mask", f"{MASK_EMBEDDING_NAME} mask_token_id", token_id, f"{mask} (dflash_config.mask_token_id)",
+                              "re-export: the file belongs to another drafter or the config was edited"))
+    hidden = int(target.config.hidden_size)
+    if tuple(embedding.shape) != (hidden,):
+        found.append(_finding("mask", f"{MASK_EMBEDDING_NAME} embedding shape", list(embedding.shape),
+                              f"[{hidden}] (the target's hidden size)", "re-export the drafter trained for this target"))
+    if not owned:
+        found.append(_finding("mask", "dflash_config.mask_token_source", export.flash.get("mask_token_source"),
+                              f"{DRAFTER_EMBEDDING!r} (vLLM replaces id {mask}'s row with the file's vector)",
+                              f"remove {MASK_EMBEDDING_NAME}: the drafter was trained on the target's row"))
+    return found
 
 
 def _max_diff(a, b) -> float:

@@ -366,16 +366,19 @@ def untrained_drafter(
     if drafter is not None:
         config = drafter.config
     else:
+        choice = None
         if mask_token_id is None and tokenizer is not None:
             choice = choose_mask_token(tokenizer, target.get_input_embeddings().num_embeddings)
-            mask_token_id = choice.token_id if choice is not None else None
+            mask_token_id = choice.token_id
         if mask_token_id is None:
             raise InputError(
-                "--baseline untrained without --drafter: no safe mask token in the target's tokenizer; pass --mask-token-id")
+                "--baseline untrained without --drafter: no tokenizer to choose a mask token from; pass --mask-token-id")
         try:
             config = build_drafter_config(target.config, block_size=block_size, mask_token_id=mask_token_id)
         except ValueError as error:
             raise InputError(f"--baseline untrained: {error}") from None
+        if choice is not None:  # as train records it (a target with no spare id: a drafter mask embedding)
+            config.dflash_config = {**config.dflash_config, **choice.record()}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return DFlashDraftModel(config)

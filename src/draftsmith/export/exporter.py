@@ -138,6 +138,9 @@ def _mask_words(flash: dict) -> str:
     source, token = flash.get("mask_token_source"), flash.get("mask_token")
     if source is None:
         return "`<|MASK|>` in the target tokenizer"
+    if source == "drafter_embedding":
+        return (f"its row (`{token}`) replaced by the drafter's own mask embedding in mask_embedding.pt, which "
+                "vLLM loads; an engine that ignores that file would feed the target's row and draft poorly")
     if token is None:
         return f"an embedding row past the target tokenizer's vocabulary ({source})"
     return f"`{token}` in the target tokenizer ({source})"
@@ -232,6 +235,9 @@ def _export(drafter, out: Path, dtype: str | None, overwrite: bool, check_refere
     # Same dtype on both sides, so this checks the file round trip, not the precision change.
     source_model = model if target_dtype == model.fc.weight.dtype else copy.deepcopy(model).to(target_dtype)
     diff = (_run(reloaded, inputs, target_dtype) - _run(source_model, inputs, target_dtype)).abs().max().item()
+    if model.mask_embedding is not None:  # probe inputs hold no mask id: compare the vector itself
+        mask_diff = (reloaded.mask_embedding.float() - source_model.mask_embedding.float()).abs().max().item()
+        diff = max(diff, mask_diff)
     if not diff <= _tolerance(target_dtype):
         shutil.rmtree(staging)
         raise InputError(f"{out}: exported drafter does not reproduce the source (max |diff| {diff:.3e})")

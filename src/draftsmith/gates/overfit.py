@@ -92,6 +92,8 @@ def _settings(export: Path | None, gate: OverfitConfig) -> dict[str, Any]:
 
 def plant_fault(export_dir: str | Path, fault: str, out: str | Path) -> Path:
     """A copy of the export whose config.json carries one convention an engine can get wrong."""
+    from draftsmith.model.io import MASK_EMBEDDING_NAME
+
     out = Path(out)
     if out.exists():
         shutil.rmtree(out)
@@ -103,8 +105,14 @@ def plant_fault(export_dir: str | Path, fault: str, out: str | Path) -> Path:
         step = 1 if max(ids) + 1 < int(config["num_target_layers"]) else -1
         flash["target_layer_ids"] = [i + step for i in ids]
     elif fault == "mask token off by one":
-        mask = int(flash["mask_token_id"])
-        flash["mask_token_id"] = mask - 1 if mask > 0 else mask + 1
+        if (out / MASK_EMBEDDING_NAME).is_file():
+            # The drafter's own mask vector makes any id equivalent (the block is filled with and
+            # replaced at the same id); what an engine gets wrong is ignoring the file: eos's row instead.
+            (out / MASK_EMBEDDING_NAME).unlink()
+            flash.pop("mask_token_source", None)  # so draftsmith's own loader, too, feeds eos's row
+        else:
+            mask = int(flash["mask_token_id"])
+            flash["mask_token_id"] = mask - 1 if mask > 0 else mask + 1
     elif fault == "rope theta x100":
         holders = [holder for holder in (config, config.get("rope_parameters") or {}) if "rope_theta" in holder]
         for holder in holders or [config]:  # no theta written: the loaders' default, 10000

@@ -36,6 +36,7 @@ __getattr__, __all__ = lazy_exports(
         "target_lm_head": "features",
         "CONFIG_NAME": "io",
         "WEIGHTS_NAME": "io",
+        "MASK_EMBEDDING_NAME": "io",
         "drafter_state_dict": "io",
         "expected_weight_names": "io",
         "load_drafter": "io",

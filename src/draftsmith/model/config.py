@@ -21,6 +21,9 @@ from draftsmith.core.errors import InputError
 FEATURE_DEFINITION = "decoder_layer_output_pre_norm"
 
 MASK_TOKEN = "<|MASK|>"
+# `dflash_config.mask_token_source` of a drafter with its own trainable mask vector: its mask id's
+# embedding row is replaced by that vector, shipped as vLLM's optional `mask_embedding.pt`.
+DRAFTER_EMBEDDING = "drafter_embedding"
 DEFAULT_BLOCK_SIZE = 16
 DEFAULT_NUM_DRAFT_LAYERS = 5
 DEFAULT_NUM_FEATURES = 5
@@ -64,6 +67,11 @@ class DFlashConfig(Qwen3Config):
     @property
     def mask_token_id(self) -> int:
         return int(_dflash_field(self, "mask_token_id"))
+
+    @property
+    def has_mask_embedding(self) -> bool:
+        """Whether the drafter owns a trainable mask vector (the target has no spare embedding row)."""
+        return (getattr(self, "dflash_config", None) or {}).get("mask_token_source") == DRAFTER_EMBEDDING
 
     @property
     def num_features(self) -> int:

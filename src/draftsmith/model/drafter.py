@@ -148,6 +148,17 @@ class DFlashDecoderLayer(GradientCheckpointingLayer):
         return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
 
 
+def replace_mask_rows(
+    noise_embedding: torch.Tensor, block_ids: torch.Tensor | None, mask_token_id: int, mask_embedding: torch.Tensor | None
+) -> torch.Tensor:
+    """`noise_embedding` with `mask_embedding` at every position where `block_ids` holds the mask id
+    (vLLM's `embed_input_ids` for a drafter shipping `mask_embedding.pt`); unchanged without one."""
+    if mask_embedding is None or block_ids is None:
+        return noise_embedding
+    is_mask = (block_ids.to(noise_embedding.device) == int(mask_token_id)).unsqueeze(-1)
+    return torch.where(is_mask, mask_embedding.to(noise_embedding.dtype), noise_embedding)
+
+
 class DFlashDraftModel(Qwen3PreTrainedModel):
     """DFlash block drafter; `forward` mirrors the reference `dflash.DFlashDraftModel.forward`."""
 
@@ -166,6 +177,12 @@ class DFlashDraftModel(Qwen3PreTrainedModel):
         self.rotary_emb = Qwen3RotaryEmbedding(config)
         self.fc = nn.Linear(len(self.target_layer_ids) * config.hidden_size, config.hidden_size, bias=False)
         self.hidden_norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        # A target with no spare embedding row: the mask id's row is replaced by this trained vector
+        # wherever the block holds the mask, as vLLM does with a `mask_embedding.pt`.
+        self.mask_embedding = None
+        if config.has_mask_embedding:
+            std = float(getattr(config, "initializer_range", 0.02))
+            self.mask_embedding = nn.Parameter(torch.randn(config.hidden_size) * std)
         self.post_init()
 
     def _apply(self, fn, recurse=True):
@@ -203,6 +220,7 @@ class DFlashDraftModel(Qwen3PreTrainedModel):
         target_hidden: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
         use_cache: bool = False,
+        block_ids: torch.LongTensor | None = None,
         **kwargs,
     ) -> torch.Tensor:
         """Hidden states [B, Q, H] for the Q block tokens.
@@ -215,6 +233,8 @@ class DFlashDraftModel(Qwen3PreTrainedModel):
           `BlockLayout` (Q = N blocks of B over this call's context, no cache): block-sparse attention.
         - `past_key_values`: a transformers Cache holding earlier context keys/values; this call
           appends its context AND block keys, so crop it back to the context length afterwards.
+        - `block_ids` [B, Q]: the block's token ids; a drafter with its own mask embedding puts it
+          at every position holding the mask id (inside forward, so DDP/FSDP see the parameter used).
         """
         if noise_embedding is None or target_hidden is None:
             raise ValueError("DFlashDraftModel.forward needs noise_embedding and target_hidden")
@@ -227,7 +247,7 @@ class DFlashDraftModel(Qwen3PreTrainedModel):
         if position_ids.dim() == 1:
             position_ids = position_ids.unsqueeze(0)
         context = self.fuse_target_hidden(target_hidden)
-        hidden_states = noise_embedding
+        hidden_states = replace_mask_rows(noise_embedding, block_ids, self.mask_token_id, self.mask_embedding)
         position_embeddings = self.rotary_emb(hidden_states, position_ids)
         for layer in self.layers:
             hidden_states = layer(

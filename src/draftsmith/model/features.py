@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from draftsmith.model.config import FEATURE_DEFINITION, MASK_TOKEN
+from draftsmith.model.config import DRAFTER_EMBEDDING, FEATURE_DEFINITION, MASK_TOKEN
 
 
 def _decoder(target_model: nn.Module) -> nn.Module:
@@ -174,7 +174,7 @@ class MaskChoice:
 
     token_id: int
     token: str | None
-    source: str  # "mask_token", "padding_row", "reserved_token", "pad_token" or "override"
+    source: str  # "mask_token", "padding_row", "reserved_token", "pad_token", "drafter_embedding" or "override"
 
     def describe(self) -> str:
         how = {
@@ -182,6 +182,8 @@ class MaskChoice:
             "padding_row": "the first embedding row past the tokenizer's vocabulary (no text maps to it)",
             "reserved_token": "an unused reserved token of the tokenizer",
             "pad_token": "the tokenizer's pad token (distinct from eos, unused by the chat template)",
+            DRAFTER_EMBEDDING: "no spare id: its row is replaced by a trained mask embedding of the drafter "
+                               "(shipped as mask_embedding.pt)",
             "override": "--mask-token-id",
         }[self.source]
         shown = f" {self.token!r}" if self.token is not None else ""
@@ -205,16 +207,18 @@ def _role_token_ids(tokenizer) -> set[int]:
     return {int(i) for i in ids}
 
 
-def choose_mask_token(tokenizer, embedding_rows: int) -> MaskChoice | None:
+def choose_mask_token(tokenizer, embedding_rows: int) -> MaskChoice:
     """The mask token of a target whose tokenizer is `tokenizer` and embedding table has
-    `embedding_rows` rows, or None when no id is safe (then --mask-token-id must name one).
+    `embedding_rows` rows.
 
     In order: the tokenizer's own `<|MASK|>`; the first padding row past the tokenizer (Qwen3:
     151,669 tokens, 151,936 rows -> 151669, the id the published DFlash drafters use); the
     highest-numbered unused reserved token (Llama 3's <|reserved_special_token_247|>, Gemma's
     <unused..>, Mistral's [control_N]); a pad token that is neither eos nor in the chat template.
     Never a token that text, a role or the template can produce: the drafter's MASK must not
-    look like a token it is asked to predict.
+    look like a token it is asked to predict. With none of these the drafter gets its own
+    trainable mask vector ("drafter_embedding") in place of the row of eos (else id 0): a block
+    starts with eos only where generation has ended, so no live token loses its embedding.
     """
     existing = mask_token_id(tokenizer)
     if existing is not None and existing < embedding_rows:
@@ -237,7 +241,8 @@ def choose_mask_token(tokenizer, embedding_rows: int) -> MaskChoice | None:
     if (pad is not None and pad != eos and pad < embedding_rows and tokenizer.pad_token not in template
             and pad not in {getattr(tokenizer, "bos_token_id", None), getattr(tokenizer, "unk_token_id", None)}):
         return MaskChoice(int(pad), tokenizer.pad_token, "pad_token")
-    return None
+    replaced = eos if isinstance(eos, int) and 0 <= eos < embedding_rows else 0
+    return MaskChoice(replaced, tokenizer.convert_ids_to_tokens(replaced) if replaced < vocabulary else None, DRAFTER_EMBEDDING)
 
 
 def override_mask_token(tokenizer, token_id: int) -> MaskChoice:
@@ -247,8 +252,7 @@ def override_mask_token(tokenizer, token_id: int) -> MaskChoice:
 
 
 def mask_token_for(target_dir, override: int | None = None) -> MaskChoice:
-    """The mask token of a target directory (or `override`), printed to stderr; a target with no
-    safe id is named, with the fix."""
+    """The mask token of a target directory (or `override`), printed to stderr."""
     import sys
 
     from transformers import AutoTokenizer
@@ -264,11 +268,6 @@ def mask_token_for(target_dir, override: int | None = None) -> MaskChoice:
         choice = override_mask_token(tokenizer, override)
     else:
         choice = choose_mask_token(tokenizer, rows)
-    if choice is None:
-        raise InputError(
-            f"{target_dir}: no safe mask token (no {MASK_TOKEN}, no embedding row past the tokenizer's "
-            f"{len(tokenizer)} tokens, no unused reserved token, no pad token apart from eos); pass --mask-token-id"
-        )
     print(f"draftsmith: {choice.describe()}", file=sys.stderr)
     return choice
 
@@ -278,9 +277,9 @@ def drafter_mask_line(drafter_config, tokenizer, embedding_rows: int) -> str:
     flash = getattr(drafter_config, "dflash_config", None) or {}
     mask = int(flash["mask_token_id"])
     choice = choose_mask_token(tokenizer, embedding_rows) if tokenizer is not None else None
-    if choice is not None and choice.token_id == mask:
-        return choice.describe()
     source = flash.get("mask_token_source", "not recorded")
+    if choice is not None and choice.token_id == mask and source in (choice.source, "not recorded"):
+        return choice.describe()
     return (f"mask token id {mask} ({source}); the target's default would be "
             f"{choice.token_id if choice else 'none'}: the drafter keeps the id it was trained with")
 

@@ -1,6 +1,9 @@
 """Drafter checkpoints: config.json + model.safetensors in the format serving engines load.
 
-Nothing else goes into the directory's weights: no embedding, no lm_head, no rotary buffers.
+Nothing else goes into the directory's weights: no embedding, no lm_head, no rotary buffers. A
+drafter with its own mask vector (`dflash_config.mask_token_source == "drafter_embedding"`) adds
+`mask_embedding.pt`, the file vLLM's DFlash loader (qwen3_dflash.py `_read_mask_embedding`) reads
+from the drafter directory: `torch.save({"mask_token_id": int, "embedding": [hidden_size]})`.
 Writes go to temporary names first and are renamed into place, so an interrupted save never
 leaves a half-written checkpoint that looks complete.
 """
@@ -24,6 +27,8 @@ from draftsmith.model.safetensors_file import read_safetensors_header
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
+MASK_EMBEDDING_NAME = "mask_embedding.pt"
+_MASK_PARAMETER = "mask_embedding"
 
 _LAYER_PARAMETERS = (
     "self_attn.q_proj.weight",
@@ -70,7 +75,7 @@ def drafter_state_dict(model: DFlashDraftModel, dtype: torch.dtype | None = None
     inner = getattr(inner, "_orig_mod", inner)
     state = {}
     for name, tensor in inner.state_dict().items():
-        if _FORBIDDEN.search(name):
+        if _FORBIDDEN.search(name) or name == _MASK_PARAMETER:  # the mask vector ships in its own file
             continue
         tensor = tensor.detach().to("cpu")
         if dtype is not None and tensor.is_floating_point():
@@ -113,6 +118,10 @@ def save_drafter(model: DFlashDraftModel, path: str | os.PathLike, dtype: torch.
 
     with atomic_path(out / WEIGHTS_NAME) as weights_tmp:
         save_file(state, str(weights_tmp), metadata={"format": "pt"})
+    if inner.mask_embedding is not None:
+        embedding = inner.mask_embedding.detach().to("cpu", weight_dtype).contiguous()
+        with atomic_path(out / MASK_EMBEDDING_NAME) as mask_tmp:
+            torch.save({"mask_token_id": int(inner.config.mask_token_id), "embedding": embedding}, str(mask_tmp))
     write_atomic(out / CONFIG_NAME, json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
     return out
 
@@ -135,6 +144,38 @@ def load_drafter_config(path: str | os.PathLike) -> DFlashConfig:
     if "block_size" not in raw and "block_size" not in flash:
         raise InputError(f"{config_path}: block_size is missing")
     return DFlashConfig.from_dict(raw)
+
+
+def read_mask_embedding_file(path: str | os.PathLike) -> tuple[int | None, torch.Tensor]:
+    """(mask_token_id or None, embedding) of a `mask_embedding.pt` as vLLM reads it: a dict
+    {"mask_token_id", "embedding"} or a bare tensor; an unreadable file is an `InputError`."""
+    try:
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as error:  # pickle, zip and shape errors all mean "not a mask embedding"
+        raise InputError(f"{path}: not a readable torch file ({type(error).__name__}: {error})") from None
+    if isinstance(state, dict):
+        if not isinstance(state.get("embedding"), torch.Tensor):
+            raise InputError(f"{path}: holds no 'embedding' tensor (keys {sorted(state)})")
+        token_id = state.get("mask_token_id")
+        return (None if token_id is None else int(token_id)), state["embedding"]
+    if isinstance(state, torch.Tensor):
+        return None, state
+    raise InputError(f"{path}: holds a {type(state).__name__}, expected a tensor or a dict with 'embedding'")
+
+
+def mask_embedding_state(path: str | os.PathLike, config: DFlashConfig) -> dict[str, torch.Tensor]:
+    """{"mask_embedding": [hidden]} from the drafter directory `path` when `config` has one, else {}."""
+    if not config.has_mask_embedding:
+        return {}
+    file = Path(path) / MASK_EMBEDDING_NAME
+    if not file.is_file():
+        raise InputError(f"{file}: not found (dflash_config.mask_token_source is 'drafter_embedding')")
+    token_id, embedding = read_mask_embedding_file(file)
+    if token_id is not None and token_id != config.mask_token_id:
+        raise InputError(f"{file}: mask_token_id {token_id} differs from dflash_config.mask_token_id {config.mask_token_id}")
+    if embedding.numel() != config.hidden_size:
+        raise InputError(f"{file}: embedding has shape {list(embedding.shape)}, expected [{config.hidden_size}] (hidden size)")
+    return {_MASK_PARAMETER: embedding.reshape(-1)}
 
 
 def read_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
@@ -172,6 +213,7 @@ def load_drafter(
             f"{path}: weights do not match config.json: missing {missing[:8]}{'...' if len(missing) > 8 else ''}, "
             f"unexpected {extra[:8]}{'...' if len(extra) > 8 else ''}"
         )
+    state.update(mask_embedding_state(path, config))
 
     model = DFlashDraftModel(config)
     try:

@@ -326,6 +326,7 @@ def _draft_into(drafter, block, context, anchor_position, drafter_cache, embed, 
         position_ids=positions.unsqueeze(0),
         noise_embedding=embed(block).to(dtype),
         target_hidden=context.to(dtype),
+        block_ids=block,
         past_key_values=drafter_cache,
         use_cache=True,
     )

@@ -2,7 +2,8 @@
 
 Each family gets transformers' own config class with the traits that differ between families
 (Llama 3's rope scaling and reserved special tokens, Qwen's padded embedding table, Gemma 3's
-sliding-window layers, tied and scaled embeddings and per-layer-type RoPE, Mistral's pad token),
+sliding-window layers, tied and scaled embeddings and per-layer-type RoPE, Mistral's pad token, and
+Mistral v0.1's lack of any spare id),
 a small BPE tokenizer (tiny.build) and a chat template of its own kind. The weights are random:
 what the tests check (train, lossless eval, export, check) does not need a trained target.
 """
@@ -78,6 +79,13 @@ FAMILIES: dict[str, Family] = {
         {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"},
         _MISTRAL, fields={"tie_word_embeddings": False, "sliding_window": None},
     ),
+    # Mistral 7B v0.1's shape: no pad token, no reserved ids, the tokenizer fills the embedding
+    # table exactly; no id is spare, so the drafter gets its own mask embedding.
+    "mistral-nopad": Family(
+        "mistral-nopad", "MistralConfig", ["<unk>", "<s>", "</s>", "[INST]", "[/INST]"],
+        {"bos_token": "<s>", "eos_token": "</s>", "pad_token": None, "unk_token": "<unk>"},
+        _MISTRAL, fields={"tie_word_embeddings": False, "sliding_window": None},
+    ),
 }
 
 
@@ -93,16 +101,18 @@ def build_family_tokenizer(family: Family, vocab_size: int = 384, seed: int = 0)
                            template=family.template)
 
 
-def build_family_target(name: str, out_dir: str | Path, seed: int = 0) -> Path:
-    """Write a tiny random-weight target of family `name` (see FAMILIES) to `out_dir`."""
+def build_family_target(name: str, out_dir: str | Path, seed: int = 0, **sizes: int) -> Path:
+    """Write a tiny random-weight target of family `name` (see FAMILIES) to `out_dir`; `sizes`
+    override the config's (vLLM CPU's attention needs head_dim >= 32)."""
     import torch
     import transformers
 
     family = FAMILIES[name]
     tokenizer = build_family_tokenizer(family, seed=seed)
+    shape = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "head_dim": 16, **sizes}
     config = getattr(transformers, family.config_class)(
-        vocab_size=len(tokenizer) + family.padding_rows, hidden_size=64, intermediate_size=128,
-        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        vocab_size=len(tokenizer) + family.padding_rows, **shape,
         max_position_embeddings=512, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, **family.fields,
     )

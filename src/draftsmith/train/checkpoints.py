@@ -202,12 +202,12 @@ class Checkpointer:
         return self.last_saved
 
     def _load_replicated(self, checkpoint: Path, saved: dict) -> None:
-        from draftsmith.model.io import WEIGHTS_NAME, read_safetensors
+        from draftsmith.model.io import WEIGHTS_NAME, mask_embedding_state, read_safetensors
 
         inner = getattr(self.model, "module", self.model)
         weights = saved.pop("drafter_state", None)  # checkpoints written before the weights were stored once
         if weights is None:
-            weights = read_safetensors(checkpoint / WEIGHTS_NAME)
+            weights = {**read_safetensors(checkpoint / WEIGHTS_NAME), **mask_embedding_state(checkpoint, inner.config)}
         inner.load_state_dict(weights, strict=False)
         del weights
         if "optimizer" not in saved:

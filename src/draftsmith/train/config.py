@@ -48,7 +48,7 @@ class TrainConfig(BaseModel):
     num_draft_layers: Annotated[int, cli("--draft-layers")] = Field(5, ge=1, description="drafter decoder layers")
     target_layer_ids: list[int] | None = Field(None, description="target layers to capture (default: spread)")
     num_features: int = Field(5, ge=1, description="captured target layers when target_layer_ids is unset")
-    mask_token_id: int | None = Field(None, ge=0, description="default: chosen from the target (its <|MASK|>, a padding row, an unused reserved token)")
+    mask_token_id: int | None = Field(None, ge=0, description="default: chosen from the target (its <|MASK|>, a padding row, an unused reserved token; with no spare id, eos's row replaced by a trained mask embedding)")
     init_from_target: bool = Field(
         False, description="start the draft layers (and final norm) as copies of the target's last layers where shapes agree")
     num_anchors: int = Field(512, ge=1, description="max blocks per sequence, resampled each epoch")

@@ -228,7 +228,7 @@ class DrafterTrainer:
         layout = batch.layout(self.attention, False if self.config.gradient_checkpointing else None).to(device)
         with self.autocast():
             hidden = drafter(position_ids=batch.position_ids.to(device, non_blocking=True), attention_mask=layout,
-                             noise_embedding=noise, target_hidden=features)  # fmt: skip
+                             noise_embedding=noise, target_hidden=features, block_ids=batch.noise_ids)  # fmt: skip
             num_sequences, num_anchors = batch.anchors.shape
             hidden = hidden.view(num_sequences, num_anchors, self.config.block_size, -1)[:, :, 1:]
             return dflash_loss_from_hidden(
