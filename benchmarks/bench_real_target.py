@@ -26,8 +26,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PROMPTS = HERE / "data" / "real_target_prompts.jsonl"
-# SmolLM2's tokenizer has no <|MASK|>; <gh_stars> (id 7) never occurs in chat. Until defaults land.
-SMOLLM2_MASK_TOKEN_ID = 7
 
 
 def log(message: str) -> None:
@@ -180,7 +178,7 @@ def main() -> int:
     parser.add_argument("--max-length", type=int, default=1024)
     parser.add_argument("--lr", type=float, default=6e-4)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--mask-token-id", type=int, default=SMOLLM2_MASK_TOKEN_ID)  # until defaults land
+    parser.add_argument("--mask-token-id", type=int, default=None, help="default: chosen from the target, as train does")
     parser.add_argument("--curve-points", type=int, default=4, help="checkpoints evaluated for the learning curve")
     parser.add_argument("--eval-max-new-tokens", type=int, default=128)
     parser.add_argument("--eval-limit", type=int, default=None, help="decode only the first N held-out prompts")

@@ -29,7 +29,6 @@ PROMPTS = [
 ]
 HELD_OUT = ["In one sentence, what is DNA?"]
 # SmolLM2 has no <|MASK|>; <|endoftext|> (id 0) never occurs inside a chat rendering.
-MASK_FLAGS = ["--mask-token-id", "0"]  # until defaults land
 DRAFTER = ["--block-size", "8", "--draft-layers", "1", "--num-features", "3", "--max-length", "256",
            "--num-anchors", "16", "--batch-size", "2", "--data-workers", "0", "--threads", "2", "--no-progress"]
 
@@ -124,7 +123,7 @@ def test_plan_reads_the_llama_config(smollm2):
 def online(work, smollm2, tokenized) -> Path:
     out = work / "train-online"
     draftsmith("train", "--target", str(smollm2.hf_dir), "--data", str(tokenized), "--out", str(out),
-               "--max-steps", "4", "--log-every", "2", *DRAFTER, *MASK_FLAGS)
+               "--max-steps", "4", "--log-every", "2", *DRAFTER)
     return out
 
 
@@ -139,7 +138,7 @@ def test_train_offline_from_extracted_features(work, smollm2, tokenized):
     draftsmith("extract", "--target", str(smollm2.hf_dir), "--data", str(tokenized), "--out", str(features),
                "--num-features", "3", "--max-length", "256", "--dtype", "fp32", "--no-progress")
     draftsmith("train", "--target", str(smollm2.hf_dir), "--data", str(tokenized), "--offline", str(features),
-               "--out", str(out), "--max-steps", "4", "--log-every", "2", *DRAFTER, *MASK_FLAGS)
+               "--out", str(out), "--max-steps", "4", "--log-every", "2", *DRAFTER)
     assert (out / "drafter" / "model.safetensors").is_file()
 
 
@@ -162,8 +161,10 @@ def test_check_is_clean_against_the_original_folder(smollm2, exported):
     print(json.dumps(report["findings"], indent=2))
     assert [f for f in report["findings"] if f["severity"] == "error"] == [], report["findings"]
     assert report["parity"]["status"] == "passed", report["parity"]
-    # One warning until the mask token needs no flag: mask id 0 is a real token (MASK_FLAGS).
-    assert [f["check"] for f in report["findings"]] == ["mask"], report["findings"]
+    # No flag and no warning: SmolLM2 has no spare id, so the drafter carries its own mask embedding
+    # (exported as mask_embedding.pt, which check verifies).
+    assert report["findings"] == [], report["findings"]
+    assert (exported / "mask_embedding.pt").is_file()
 
 
 def test_vllm_cpu_serves_the_export_over_the_llama_target(smollm2, exported, tmp_path_factory):

@@ -127,11 +127,6 @@ def plan_seed_question(tokens_per_s: float) -> float:
     return plan.to_dict()["wall_time"]["days"]
 
 
-def _mask_token_id(config: DemoConfig) -> int | None:
-    # SmolLM2's tokenizer has no <|MASK|>; <|endoftext|> (id 0) never occurs in a chat rendering.
-    return None if config.target == TINY else 0  # until defaults land (the mask token chosen automatically)
-
-
 def _train(config: DemoConfig, target: Path, tokenized: Path, work: Path, log) -> Any:
     from draftsmith.train import TrainConfig, train_drafter
 
@@ -139,8 +134,7 @@ def _train(config: DemoConfig, target: Path, tokenized: Path, work: Path, log) -
         TrainConfig(target=target, data=tokenized, out=work / "train", block_size=config.block_size,
                     num_draft_layers=config.draft_layers, max_steps=config.train_steps, epochs=1000,
                     batch_size=config.batch_size, lr=config.lr, seed=config.seed, progress=False,
-                    log_every=max(1, config.train_steps // 6), num_threads=config.threads,
-                    mask_token_id=_mask_token_id(config))
+                    log_every=max(1, config.train_steps // 6), num_threads=config.threads)
     )
     log(f"[demo] train: loss {result.first_loss:.3f} -> {result.final_loss:.3f} in {result.steps} steps")
     return result
