@@ -81,8 +81,10 @@ def test_bench_records_the_running_batch_from_vllm_metrics(start_vllm, tiny_targ
     out = tmp_path / "bench.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])))
     argv = [sys.executable, "-m", "draftsmith", "bench", str(prompts), "--endpoint", server.api_url, "--out", str(out),
-            "--concurrency", "1,6", "--requests", "24", "--max-tokens", "128", "--temperature", "0",
-            "--metrics-interval", "0.05"]
+            "--concurrency", "1,6", "--requests", "16", "--max-tokens", "96", "--temperature", "0",
+            # Every request runs its full 96 tokens (the tiny target may stop after a few): the capped
+            # level then lasts long enough for the polls to see both slots busy and the queue.
+            "--extra-body", '{"ignore_eos": true}', "--metrics-interval", "0.05"]
     result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
