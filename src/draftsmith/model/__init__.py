@@ -27,7 +27,6 @@ __getattr__, __all__ = lazy_exports(
         "feature_definition_warning": "features",
         "freeze": "features",
         "mask_token_id": "features",
-        "mask_token_id_for": "features",
         "mask_token_for": "features",
         "MaskChoice": "features",
         "choose_mask_token": "features",

@@ -284,11 +284,6 @@ def drafter_mask_line(drafter_config, tokenizer, embedding_rows: int) -> str:
             f"{choice.token_id if choice else 'none'}: the drafter keeps the id it was trained with")
 
 
-def mask_token_id_for(target_dir) -> int:
-    """The mask token id of a target directory's tokenizer (see `choose_mask_token`)."""
-    return mask_token_for(target_dir).token_id
-
-
 def ensure_mask_token(tokenizer, target_model: nn.Module | None = None) -> int:
     """Return the id of `<|MASK|>`, adding it to `tokenizer` as a special token if absent.
 
