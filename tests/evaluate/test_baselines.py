@@ -22,13 +22,6 @@ from draftsmith.tiny import synthetic_prompts
 
 
 @pytest.fixture(scope="module")
-def target(tiny_target_dir):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(tiny_target_dir, dtype=torch.float32).eval()
-
-
-@pytest.fixture(scope="module")
 def drafter(target):
     torch.manual_seed(1)
     return DFlashDraftModel(build_drafter_config(target.config, num_draft_layers=1, block_size=8, mask_token_id=3)).eval()

@@ -12,13 +12,6 @@ from draftsmith.model.speculative import greedy_decode, sample_decode
 from draftsmith.tiny import synthetic_prompts
 
 
-@pytest.fixture(scope="module")
-def target(tiny_target_dir):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(tiny_target_dir, dtype=torch.float32).eval()
-
-
 def _prompt(tokenizer, seed: int) -> torch.Tensor:
     row = next(iter(synthetic_prompts(1, seed=seed)))
     text = tokenizer.apply_chat_template(row["messages"], tokenize=False, add_generation_prompt=True)

@@ -26,13 +26,6 @@ FLIP_AT = 2
 
 
 @pytest.fixture(scope="module")
-def target(tiny_target_dir):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(tiny_target_dir, dtype=torch.float32).eval()
-
-
-@pytest.fixture(scope="module")
 def drafter(target):
     torch.manual_seed(0)
     config = build_drafter_config(target.config, num_draft_layers=1, block_size=4, mask_token_id=3)

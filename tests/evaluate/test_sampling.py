@@ -43,13 +43,6 @@ class FixedProposalDrafter(DFlashDraftModel):
 
 
 @pytest.fixture(scope="module")
-def target(tiny_target_dir):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(tiny_target_dir, dtype=torch.float32).eval()
-
-
-@pytest.fixture(scope="module")
 def prompt_ids(tiny_tokenizer):
     row = next(iter(synthetic_prompts(1, seed=5)))
     text = tiny_tokenizer.apply_chat_template(row["messages"], tokenize=False, add_generation_prompt=True)
