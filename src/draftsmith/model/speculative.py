@@ -209,24 +209,13 @@ def speculative_decode(
                     probabilities if sampling else None, generator,
                 )
 
-            output = target(
-                block,
-                position_ids=torch.arange(anchor_position, anchor_position + verify_size, device=device).unsqueeze(0),
-                use_cache=True,
-                **{cache_kwarg: target_cache},
-            )
-            if sampling:
-                accepted, next_token = _verify_sampled(
-                    block[0, 1:], draft_probs, probabilities(output.logits[0]), generator, accept_rule
-                )
-            else:
-                accepted, next_token = _verify_greedy(block[0, 1:], output.logits[0])
-            new_tokens = _cut_at_stop(block[0, 1 : accepted + 1].tolist() + [next_token], stops)
+            new_tokens, accepted = _verify_and_commit(
+                target, target_cache, block, anchor_position, draft_probs,
+                probabilities if sampling else None, generator, accept_rule, stops,
+            )  # fmt: skip
             tokens.extend(new_tokens)
             acceptance_lengths.append(len(new_tokens))
             accepted_drafts.append(accepted)
-            committed = anchor_position + accepted + 1  # anchor + accepted drafts now hold valid target KV
-            _crop(target_cache, committed)
             pending_context = tap.take()[:, : accepted + 1]
     return DecodeResult(tokens[:max_new_tokens], time.perf_counter() - started, acceptance_lengths, accepted_drafts)
 
@@ -283,6 +272,7 @@ def prompt_lookup_decode(
     prompt_len = input_ids.shape[1]
     output = target(input_ids, use_cache=True, logits_to_keep=1, **{cache_kwarg: cache})
     first = output.logits[0, -1]
+    vocab_size = first.shape[-1]
     tokens = [_sample(probabilities(first), generator) if sampling else int(first.argmax())]
     context = input_ids[0].tolist() + tokens
     acceptance_lengths: list[int] = []
@@ -292,26 +282,36 @@ def prompt_lookup_decode(
         room = min(block_size, max_new_tokens - len(tokens)) - 1
         drafts = prompt_lookup_drafts(context, room, max_ngram, min_ngram) if room > 0 else []
         block = torch.tensor([[tokens[-1], *drafts]], device=device)
-        output = target(
-            block,
-            position_ids=torch.arange(anchor_position, anchor_position + block.shape[1], device=device).unsqueeze(0),
-            use_cache=True,
-            **{cache_kwarg: cache},
-        )
-        if sampling:
-            one_hot = torch.nn.functional.one_hot(block[0, 1:], output.logits.shape[-1]).float()
-            accepted, next_token = _verify_sampled(
-                block[0, 1:], one_hot, probabilities(output.logits[0]), generator, accept_probability
-            )
-        else:
-            accepted, next_token = _verify_greedy(block[0, 1:], output.logits[0])
-        new_tokens = _cut_at_stop(drafts[:accepted] + [next_token], stops)
+        # Deterministic drafts: q is one-hot, so speculative sampling keeps a draft x with probability p(x).
+        draft_probs = torch.nn.functional.one_hot(block[0, 1:], vocab_size).float() if sampling else None
+        new_tokens, accepted = _verify_and_commit(
+            target, cache, block, anchor_position, draft_probs,
+            probabilities if sampling else None, generator, accept_probability, stops,
+        )  # fmt: skip
         tokens.extend(new_tokens)
         context.extend(new_tokens)
         acceptance_lengths.append(len(new_tokens))
         accepted_drafts.append(accepted)
-        _crop(cache, anchor_position + accepted + 1)
     return DecodeResult(tokens[:max_new_tokens], time.perf_counter() - started, acceptance_lengths, accepted_drafts)
+
+
+def _verify_and_commit(target, cache, block, anchor_position, draft_probs, probabilities, generator, accept_rule, stops):
+    """(committed tokens, accepted drafts) of one cycle: the target verifies block = [anchor, drafts]
+    in one forward, greedily or (with `probabilities`) by speculative sampling against `draft_probs`;
+    the accepted drafts plus the target's next token are committed (cut after a stop token), and the
+    cache is cropped to the anchor and the accepted drafts, the positions that now hold valid KV."""
+    output = target(
+        block,
+        position_ids=torch.arange(anchor_position, anchor_position + block.shape[1], device=block.device).unsqueeze(0),
+        use_cache=True,
+        **{_cache_kwarg(target): cache},
+    )
+    if probabilities is not None:
+        accepted, next_token = _verify_sampled(block[0, 1:], draft_probs, probabilities(output.logits[0]), generator, accept_rule)
+    else:
+        accepted, next_token = _verify_greedy(block[0, 1:], output.logits[0])
+    _crop(cache, anchor_position + accepted + 1)
+    return _cut_at_stop(block[0, 1 : accepted + 1].tolist() + [next_token], stops), accepted
 
 
 def _draft_into(drafter, block, context, anchor_position, drafter_cache, embed, lm_head, probabilities, generator):
