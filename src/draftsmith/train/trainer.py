@@ -128,8 +128,9 @@ class DrafterTrainer:
             self.drafter_config.dflash_config = {**self.drafter_config.dflash_config, "template": template}
         self.layer_ids = list(self.drafter_config.target_layer_ids)
 
-        # The frozen target's weights: the run's dtype on CUDA; on CPU fp32 (no fast bf16 matmuls there).
-        self.target_dtype = torch_dtype(compute) if self.device.type == "cuda" else torch.float32
+        # The frozen target's weights are kept in the run's compute dtype: on CPU that is fp32 unless
+        # --dtype asks otherwise (bf16 pays off where the CPU multiplies bf16 natively, e.g. AMX).
+        self.target_dtype = torch_dtype(compute)
         if self.features is None:
             self.target = load_target_model(config.target, self.device, self.target_dtype)
             self.embed_tokens = target_embed_tokens(self.target)
