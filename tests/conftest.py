@@ -8,6 +8,29 @@ from pathlib import Path
 import pytest
 
 
+@pytest.fixture
+def prompts_seed() -> int:
+    """The synthetic_prompts seed `prompts_file` uses unless a call passes one (a conftest may override it)."""
+    return 3
+
+
+@pytest.fixture
+def prompts_file(tmp_path, prompts_seed):
+    """make(count, name=..., seed=...) -> a JSONL file of `count` synthetic prompt rows under tmp_path."""
+    import json
+
+    from draftsmith.tiny import synthetic_prompts
+
+    def make(count: int, name: str = "prompts.jsonl", seed: int | None = None) -> Path:
+        path = tmp_path / name
+        with path.open("w") as handle:
+            for row in synthetic_prompts(count, seed=prompts_seed if seed is None else seed):
+                handle.write(json.dumps(row) + "\n")
+        return path
+
+    return make
+
+
 @pytest.fixture(scope="session")
 def tiny_target_dir() -> Path:
     """The default tiny target (trained Qwen3 + tokenizer with a `<think>` chat template)."""

@@ -4,22 +4,6 @@ import json
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
-from draftsmith.tiny import synthetic_prompts
-
-
-@pytest.fixture
-def prompts_file(tmp_path) -> Path:
-    def make(count: int, name: str = "prompts.jsonl", seed: int = 3) -> Path:
-        path = tmp_path / name
-        with path.open("w") as handle:
-            for row in synthetic_prompts(count, seed=seed):
-                handle.write(json.dumps(row) + "\n")
-        return path
-
-    return make
-
 
 def read_rows(directory: Path) -> list[dict]:
     rows = []

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from draftsmith.tiny import synthetic_prompts
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -19,15 +18,8 @@ def environment() -> dict[str, str]:
 
 
 @pytest.fixture
-def prompts_file(tmp_path):
-    def make(count: int, name: str = "prompts.jsonl", seed: int = 5) -> Path:
-        path = tmp_path / name
-        with path.open("w") as handle:
-            for row in synthetic_prompts(count, seed=seed):
-                handle.write(json.dumps(row) + "\n")
-        return path
-
-    return make
+def prompts_seed() -> int:
+    return 5
 
 
 def start_generate(prompts: Path, out: Path, url: str, *args: str) -> subprocess.Popen:
