@@ -125,6 +125,15 @@ def torch_dtype(name: str):
     return getattr(torch, canonical_dtype(name, allow_auto=False))
 
 
+def cpu_multiplies_bf16_natively() -> bool:
+    """Whether this CPU has bf16 matrix units (AMX tiles or AVX512-BF16), where bf16 training steps
+    run several times faster than fp32 ones; elsewhere bf16 on the CPU is emulated and slower."""
+    import torch
+
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_amx_tile_supported", "_is_avx512_bf16_supported")]
+    return any(probe is not None and probe() for probe in probes)
+
+
 DType = Annotated[str, BeforeValidator(canonical_dtype), Cli(metavar="DTYPE")]
 """A dtype field: accepts every spelling in ``DTYPE_NAMES``, stores the long name (or ``auto``)."""
 StorageDType = Annotated[

@@ -128,13 +128,16 @@ def plan_seed_question(tokens_per_s: float) -> float:
 
 
 def _train(config: DemoConfig, target: Path, tokenized: Path, work: Path, log) -> Any:
+    import torch
+
     from draftsmith.train import TrainConfig, train_drafter
 
     result = train_drafter(
         TrainConfig(target=target, data=tokenized, out=work / "train", block_size=config.block_size,
                     num_draft_layers=config.draft_layers, max_steps=config.train_steps, epochs=1000,
                     batch_size=config.batch_size, lr=config.lr, seed=config.seed, progress=False,
-                    log_every=max(1, config.train_steps // 6), num_threads=config.threads)
+                    log_every=max(1, config.train_steps // 6), num_threads=config.threads,
+                    dtype=config.resolved_train_dtype(cuda=torch.cuda.is_available()))
     )
     log(f"[demo] train: loss {result.first_loss:.3f} -> {result.final_loss:.3f} in {result.steps} steps")
     return result
