@@ -8,9 +8,10 @@ the untrained drafter and prompt-lookup (n-gram) speculation on the same held-ou
 Stages: the prompts of benchmarks/data/real_target_prompts.jsonl (300 hand-written: chat, code, math,
 explanation) are split into held-out eval prompts (spread over the domains) and training prompts;
 the training prompts are regenerated greedily by the target served by llama-server (its GGUF),
-tokenized with the target's chat template, and a drafter trains online for as many steps as the
-budget allows (measured by a short timing run first, which counts against the budget); checkpoints
-along the way give the learning curve. Eval decodes the held-out prompts once plainly and with
+tokenized with the target's chat template, the target's features are extracted once (`--no-offline`:
+the target runs every step instead), and a drafter trains in bf16 (`--dtype`) for as many steps as the
+budget allows (measured by a short timing run first; the timing run and the extraction count against
+the budget); checkpoints along the way give the learning curve. Eval decodes the held-out prompts once plainly and with
 every drafter (trained, each checkpoint, untrained) and with prompt lookup: tau of each, all
 checked lossless against the same plain output. Prints a table; `--json FILE` writes the numbers.
 """
@@ -18,6 +19,7 @@ checked lossless against the same plain output. Prints a table; `--json FILE` wr
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shutil
 import sys
@@ -55,12 +57,10 @@ def split_prompts(path: Path, eval_count: int, train_count: int | None) -> tuple
     by_domain: dict[str, list[dict]] = {}
     for row in rows:
         by_domain.setdefault(row["domain"], []).append(row)
-    held_out: list[dict] = []
     per_domain = -(-eval_count // len(by_domain))
-    for domain_rows in by_domain.values():
-        stride = max(1, len(domain_rows) // per_domain)
-        held_out += domain_rows[::stride][:per_domain]
-    held_out = held_out[:eval_count]
+    picked = [rows[:: max(1, len(rows) // per_domain)][:per_domain] for rows in by_domain.values()]
+    # Interleaved by domain, so that --eval-limit N still decodes every domain.
+    held_out = [row for group in itertools.zip_longest(*picked) for row in group if row is not None][:eval_count]
     eval_ids = {row["id"] for row in held_out}
     # Training rows interleave the domains, so a smaller --train-prompts still covers all of them.
     remaining = [[row for row in domain_rows if row["id"] not in eval_ids] for domain_rows in by_domain.values()]
@@ -94,33 +94,55 @@ def regenerate(args, gguf: Path, target: Path, prompts_file: Path, work: Path):
     return summary
 
 
-def train_config(args, target: Path, data: Path, out: Path, **overrides):
+def train_config(args, target: Path, data: Path, out: Path, features: Path | None, **overrides):
     from draftsmith.train import TrainConfig
 
     settings = dict(
         target=target, data=data, out=out, block_size=args.block_size, num_draft_layers=args.draft_layers,
         mask_token_id=args.mask_token_id, num_anchors=args.num_anchors, max_length=args.max_length, lr=args.lr,
         epochs=1000, seed=args.seed, progress=False, num_threads=args.threads, data_workers=0, log_every=10,
+        dtype=args.dtype, offline_features=features,
     )
     settings.update(overrides)
     return TrainConfig(**settings)
 
 
-def train_within_budget(args, target: Path, data: Path, work: Path, init_from_target: bool):
+def extract_once(args, target: Path, data: Path, work: Path) -> tuple[Path | None, float]:
+    """(features directory or None when training online, seconds it took): the target runs over the
+    training set once, and every init's budget pays for it."""
+    if not args.offline:
+        return None, 0.0
+    from draftsmith.train import extract_features
+
+    started = time.perf_counter()
+    features = work / "features"
+    extract_features(target, data, features, max_length=args.max_length, progress=False, echo=log)
+    spent = time.perf_counter() - started
+    log(f"extracted the target's features once in {spent / 60:.1f} min (charged to each training budget)")
+    return features, spent
+
+
+def train_within_budget(args, target: Path, data: Path, features: Path | None, extract_s: float, work: Path,
+                        init_from_target: bool):
     """(train result, checkpoints oldest first, seconds spent, planned steps): a timing run, then as
-    many steps as the rest of the budget holds."""
+    many steps as the rest of the budget holds (the feature extraction counts against it)."""
     from draftsmith.train import train_drafter
     from draftsmith.train.benchmark import benchmark_training
 
-    started = time.perf_counter()
-    timing = benchmark_training(train_config(args, target, data, work.with_name(work.name + "-timing"), benchmark_steps=3))
+    started = time.perf_counter() - extract_s
+    timing = benchmark_training(train_config(args, target, data, work.with_name(work.name + "-timing"), features,
+                                             benchmark_steps=3))
     step_s = 1.0 / timing["steps_per_s"]
     left = args.budget_minutes * 60 - (time.perf_counter() - started)
-    # 10% headroom for model loading, checkpoints and the final save.
+    # 10% headroom for model loading, checkpoints and the final save. Step times vary with sample
+    # lengths (a 30-minute run planned from 3 timed steps overran by 5 minutes): --max-minutes is the
+    # hard stop, and the planned steps only shape the learning-rate schedule.
     steps = max(1, int(0.9 * left / step_s))
     every = max(1, steps // args.curve_points)
     log(f"timing: {step_s:.2f} s/step -> {steps} steps in the {left / 60:.1f} min left, a checkpoint every {every}")
-    result = train_drafter(train_config(args, target, data, work, max_steps=steps, save_every=every,
+    left = args.budget_minutes * 60 - (time.perf_counter() - started)
+    result = train_drafter(train_config(args, target, data, work, features, max_steps=steps, save_every=every,
+                                        max_minutes=max(0.1, 0.97 * left / 60),
                                         keep_checkpoints=args.curve_points + 2, init_from_target=init_from_target))
     spent = time.perf_counter() - started
     # The last checkpoint is the final drafter when the steps divide evenly: decode it once.
@@ -146,7 +168,7 @@ def prepare_data(args, gguf: Path | None, target: Path, train_file: Path, eval_f
     from draftsmith.tokenize import TokenizeOptions, tokenize_dataset
 
     if args.data_from is not None:
-        if (args.data_from / "eval_prompts.jsonl").read_text() != eval_file.read_text():
+        if sorted((args.data_from / "eval_prompts.jsonl").read_text().splitlines()) != sorted(eval_file.read_text().splitlines()):
             sys.exit(f"bench_real_target: {args.data_from} held out other prompts; use the same --eval-prompts")
         tokenized = args.data_from / "tokenized"
         log(f"reusing the regenerated, tokenized data of {args.data_from}")
@@ -177,6 +199,11 @@ def main() -> int:
     parser.add_argument("--num-anchors", type=int, default=128)
     parser.add_argument("--max-length", type=int, default=1024)
     parser.add_argument("--lr", type=float, default=6e-4)
+    parser.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"],
+                        help="training compute dtype (bf16: the frozen target and head in bf16, the drafter's weights "
+                             "fp32 under autocast; fast where the CPU has bf16 matrix units such as AMX)")
+    parser.add_argument("--offline", action=argparse.BooleanOptionalAction, default=True,
+                        help="extract the target's features once and train offline (default), or run the target every step")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--mask-token-id", type=int, default=None, help="default: chosen from the target, as train does")
     parser.add_argument("--curve-points", type=int, default=4, help="checkpoints evaluated for the learning curve")
@@ -203,7 +230,7 @@ def main() -> int:
     if work.exists() and any(work.iterdir()):
         if not args.resume:
             sys.exit(f"bench_real_target: {work} is not empty; give a fresh --workdir or --resume")
-        for old in work.glob("train-*"):  # training and eval start afresh; generation resumes by sample id
+        for old in [*work.glob("train-*"), *work.glob("features")]:  # training and eval start afresh; generation resumes by sample id
             shutil.rmtree(old)
     work.mkdir(parents=True, exist_ok=True)
     held_out, train_rows = split_prompts(args.prompts, args.eval_prompts, args.train_prompts)
@@ -212,7 +239,10 @@ def main() -> int:
 
     tokenized, samples = prepare_data(args, gguf, target, train_file, eval_file, work)
     inits = ["random", "target"] if args.init == "both" else [args.init]
-    trained = {init: train_within_budget(args, target, tokenized, work / f"train-{init}", init == "target")
+    features, extract_s = extract_once(args, target, tokenized, work)
+    results_extract = {"offline": args.offline, "extract_minutes": extract_s / 60}
+    trained = {init: train_within_budget(args, target, tokenized, features, extract_s, work / f"train-{init}",
+                                         init == "target")
                for init in inits}
 
     drafters, curve_of = {}, {}
@@ -267,7 +297,7 @@ def main() -> int:
             "kind": "draftsmith.bench_real_target", "target": str(target), "budget_minutes": args.budget_minutes,
             "threads": args.threads, "train_samples": samples, "block_size": report.block_size,
             "eval_prompts": report.num_prompts, "lossless": not report.not_lossless, "results": results,
-            "learning_curves": curves,
+            "learning_curves": curves, "features": results_extract,
             "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         }, indent=2) + "\n")
     return 0

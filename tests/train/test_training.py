@@ -388,3 +388,26 @@ def test_resume_falls_back_over_broken_weights_and_a_killed_prune_leaves_no_step
         assert {"config.json", "model.safetensors", "trainer_state.pt"} <= {p.name for p in step.iterdir()}, step
     assert train_drafter(config.model_copy(update={"resume": True, "max_steps": 6, "keep_checkpoints": 1})).steps == 6
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000006"]  # the leftovers swept
+
+
+def test_max_minutes_stops_at_the_first_log_step_past_it_publishes_that_drafter_and_resume_goes_on(
+    regenerated, tiny_target_dir, tmp_path, capsys
+):
+    """A wall-clock budget: the benchmark's 30-minute run planned its steps from a timing run and
+    overran by 5 minutes; --max-minutes stops at a log step (every rank together) with a drafter."""
+    out = tmp_path / "run"
+    # 1.2 ms: past after the first step, whatever the machine; the log step is every 2nd.
+    config = small_config(tiny_target_dir, regenerated, out, epochs=10, max_steps=12, log_every=2, max_minutes=2e-5)
+    result = train_drafter(config)
+    err = capsys.readouterr().err
+    assert result.steps == 2, err
+    assert "stopped by --max-minutes 2e-05 at step 2 of 12" in err
+    assert result.extra["stopped_by_max_minutes"] is True
+    assert json.loads((out / "train_summary.json").read_text())["extra"]["stopped_by_max_minutes"] is True
+    assert (result.drafter_dir / "config.json").is_file()
+    assert [path.name for path in (out / "checkpoints").glob("step-*")] == ["step-00000002"]
+    resumed = train_drafter(config.model_copy(update={"resume": True, "max_minutes": None}))
+    assert resumed.resumed_from_step == 2 and resumed.steps == 12
+    assert "stopped_by_max_minutes" not in resumed.extra
+    with pytest.raises(ValueError, match="max_minutes"):
+        small_config(tiny_target_dir, regenerated, out, max_minutes=0)

@@ -19,7 +19,7 @@ _PANELS = {
     "Data": ("data", "split", "offline_features", "max_length", "num_anchors", "data_workers"),
     "Model": ("target", "block_size", "num_draft_layers", "target_layer_ids", "num_features", "mask_token_id", "init_from_target", "dtype",
               "gradient_checkpointing", "attention", "device", "sharding", "num_threads"),
-    "Optimization": ("gamma", "epochs", "max_steps", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
+    "Optimization": ("gamma", "epochs", "max_steps", "max_minutes", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
                      "grad_accum", "batch_size", "seed"),
     "Checkpoints": ("out", "save_every", "keep_checkpoints", "resume", "force_resume"),
     "Logging": ("log_every", "progress", "report_to", "benchmark_steps"),
@@ -56,6 +56,9 @@ class TrainConfig(BaseModel):
     max_length: int = Field(3072, ge=2, description="truncate each sequence to this many tokens")
     epochs: int = Field(6, ge=1, description="passes over the trainable samples")
     max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps")
+    max_minutes: float | None = Field(
+        None, gt=0, description="also stop at the first log step after this many minutes of this run's training (a "
+        "wall-clock budget; the learning-rate schedule still spans the planned steps); that step's drafter is published")
     lr: float = Field(6e-4, gt=0, description="peak AdamW learning rate (cosine decay after warm-up)")
     min_lr_ratio: float = Field(0.0, ge=0, le=1, description="final learning rate as a fraction of --lr")
     warmup_ratio: float = Field(0.04, ge=0, lt=1, description="share of the steps with a linear warm-up")

@@ -296,6 +296,7 @@ def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
     workers = workers_for(config.data_workers, len(sampler), cpu_bound=True, at_least=0)
     loader = make_loader(trainer.source, sampler, workers=workers, device=context.device)
     evaluator = SpeculativeEval(config, trainer, run.template) if config.eval_prompts is not None and context.is_main else None
+    deadline = None if config.max_minutes is None else time.perf_counter() + 60 * config.max_minutes
     with RunLog(config, context, out_dir, total_steps, state.step) as log:
         for step_batch in loader:
             _train_step(trainer, model, optimizer, scaler, metrics, step_batch, config.grad_clip, scheduler)
@@ -313,6 +314,12 @@ def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
                 _evaluate(evaluator, trainer, context, state, checkpointer, log)
             if save_due:
                 _checkpoint(checkpointer, trainer.drafter, context, state.step)
+            if log_due and deadline is not None and state.step < total_steps and _past(deadline, context):
+                state.stopped_by_time = True
+                if context.is_main:
+                    print(f"train: stopped by --max-minutes {config.max_minutes:g} at step {state.step} of {total_steps}",
+                          file=sys.stderr, flush=True)
+                break
         _sync(metrics, state, context, log, checkpointer, scheduler, report=False, fp16=scaler.is_enabled())
         if config.eval_prompts is not None and state.last_eval_step != state.step:
             _evaluate(evaluator, trainer, context, state, checkpointer, log)
@@ -320,6 +327,11 @@ def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
             _checkpoint(checkpointer, trainer.drafter, context, state.step)
     drafter_dir = checkpointer.publish_final(trainer.drafter_config, out_dir, FINAL_DIR)
     return _finish(config, context, trainer, state, log.last_record, metrics, drafter_dir, started, resumed_from)
+
+
+def _past(deadline: float, context: DistributedContext) -> bool:
+    """Whether rank 0's clock is past the deadline; every rank gets the same answer, so all stop together."""
+    return bool(broadcast_object(time.perf_counter() >= deadline if context.is_main else None, context))
 
 
 def _train_step(trainer: DrafterTrainer, model, optimizer, scaler, metrics: MetricsAccumulator, step_batch: StepBatch,
@@ -496,6 +508,7 @@ def _finish(config, context, trainer, state: TrainState, last_record: dict, metr
         train_tau=float(last_record.get("train_tau", float("nan"))), rank_checksums=checksums,
         world_size=context.world_size, resumed_from_step=resumed_from,
         extra={"sharding": config.sharding if context.enabled else "none",
+               **({"stopped_by_max_minutes": True} if state.stopped_by_time else {}),
                **({"best_eval_tau": state.best_eval_tau, "best_eval_step": state.best_eval_step} if config.eval_prompts else {})},
     )  # fmt: skip
     if context.is_main:
