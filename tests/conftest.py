@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,11 @@ def pytest_configure(config):
     # Tests never reach a model hub; everything they load is built locally.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    # A suite started in the background by a shell without job control (`cmd &` in a script)
+    # inherits SIGINT ignored, and so would every process the tests start and then interrupt:
+    # the Ctrl-C tests would time out. The processes they start get the default back.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
