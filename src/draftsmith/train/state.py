@@ -50,8 +50,6 @@ class TrainState:
     last_eval_step: int | None = None
     best_eval_tau: float | None = None
     best_eval_step: int | None = None
-    # This run stopped at its --max-minutes deadline (not saved: a resumed run has its own).
-    stopped_by_time: bool = False
 
     def finish_step(self, epoch: int, step_in_epoch: int, last_in_epoch: bool) -> None:
         self.step += 1

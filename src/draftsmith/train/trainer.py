@@ -297,6 +297,7 @@ def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
     loader = make_loader(trainer.source, sampler, workers=workers, device=context.device)
     evaluator = SpeculativeEval(config, trainer, run.template) if config.eval_prompts is not None and context.is_main else None
     deadline = None if config.max_minutes is None else time.perf_counter() + 60 * config.max_minutes
+    stopped_by_time = False  # this run's own: a resumed run has its own deadline
     with RunLog(config, context, out_dir, total_steps, state.step) as log:
         for step_batch in loader:
             _train_step(trainer, model, optimizer, scaler, metrics, step_batch, config.grad_clip, scheduler)
@@ -315,7 +316,7 @@ def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
             if save_due:
                 _checkpoint(checkpointer, trainer.drafter, context, state.step)
             if log_due and deadline is not None and state.step < total_steps and _past(deadline, context):
-                state.stopped_by_time = True
+                stopped_by_time = True
                 if context.is_main:
                     print(f"train: stopped by --max-minutes {config.max_minutes:g} at step {state.step} of {total_steps}",
                           file=sys.stderr, flush=True)
@@ -326,7 +327,8 @@ def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
         if checkpointer.last_saved != state.step:
             _checkpoint(checkpointer, trainer.drafter, context, state.step)
     drafter_dir = checkpointer.publish_final(trainer.drafter_config, out_dir, FINAL_DIR)
-    return _finish(config, context, trainer, state, log.last_record, metrics, drafter_dir, started, resumed_from)
+    return _finish(config, context, trainer, state, log.last_record, metrics, drafter_dir, started, resumed_from,
+                   stopped_by_time)
 
 
 def _past(deadline: float, context: DistributedContext) -> bool:
@@ -492,7 +494,7 @@ class RunLog:
 
 
 def _finish(config, context, trainer, state: TrainState, last_record: dict, metrics, drafter_dir: Path, started: float,
-            resumed_from: int | None) -> TrainResult:  # fmt: skip
+            resumed_from: int | None, stopped_by_time: bool = False) -> TrainResult:  # fmt: skip
     checksums = gather_floats(parameter_checksum(trainer.drafter), context)
     window = metrics.report(context)
     if window["loss"] == window["loss"]:  # steps after the last log point
@@ -508,7 +510,7 @@ def _finish(config, context, trainer, state: TrainState, last_record: dict, metr
         train_tau=float(last_record.get("train_tau", float("nan"))), rank_checksums=checksums,
         world_size=context.world_size, resumed_from_step=resumed_from,
         extra={"sharding": config.sharding if context.enabled else "none",
-               **({"stopped_by_max_minutes": True} if state.stopped_by_time else {}),
+               **({"stopped_by_max_minutes": True} if stopped_by_time else {}),
                **({"best_eval_tau": state.best_eval_tau, "best_eval_step": state.best_eval_step} if config.eval_prompts else {})},
     )  # fmt: skip
     if context.is_main:
