@@ -156,19 +156,16 @@ def fresh_dir(path: str | Path) -> Path:
 
 def read_json_file(path: Path, what: str) -> Any:
     """A small JSON file, with errors that name it (``what``: "bench file", "model config")."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such {what}")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: not valid JSON ({error})") from None
+    from draftsmith.core.readers import read_json  # the one JSON reader: plain files, bounded size and depth
+
+    return read_json(path, what)
 
 
 def temporary_name(path: str | Path) -> Path:
     """``dir/.name.tmp``: hidden, and next to ``path`` (a same-filesystem rename)."""
-    path = Path(path)
-    return path.with_name(f".{path.name}.tmp")
+    from draftsmith.core.paths import sibling_name  # a name near the length limit still gets one that fits
+
+    return sibling_name(path, ".", ".tmp")
 
 
 def fsync_dir(directory: str | Path) -> None:

@@ -26,10 +26,16 @@ from pathlib import Path
 
 from draftsmith.core.errors import InputError
 from draftsmith.core.io import fresh_file, open_own_file
-from draftsmith.core.paths import require_output_dir
+from draftsmith.core.paths import require_output_dir, sibling_name
+from draftsmith.core.readers import BadJSONError, read_json, read_regular_bytes
 
 LOCK_NAME = ".draftsmith.lock"
 OWNER_NAME = ".draftsmith-owner"
+#: A lock record is one short line ("pid host what"); a reader takes no more than this of it.
+LOCK_RECORD_BYTES = 4096
+#: The largest pid any kernel hands out (Linux caps pid_max at 2^22; pid_t is 32-bit signed).
+MAX_PID = 2**31 - 1
+_OWNER_BYTES = 4096
 
 # How a directory written before the owner record existed shows its stage (first match wins).
 _LEGACY_FILES = (
@@ -45,8 +51,8 @@ _LEGACY_FILES = (
 
 def _legacy_owner(directory: Path) -> str | None:
     try:
-        manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        manifest = read_json(directory / "manifest.json", "run manifest", missing_ok=True)
+    except BadJSONError:
         manifest = None
     if isinstance(manifest, dict) and isinstance(manifest.get("stage"), str) and manifest["stage"]:
         return manifest["stage"].split()[0]
@@ -60,11 +66,11 @@ def directory_owner(directory: str | Path) -> str | None:
     """The stage an output directory belongs to (None: nobody has claimed it yet)."""
     directory = Path(directory)
     try:
-        record = json.loads((directory / OWNER_NAME).read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        record = read_json(directory / OWNER_NAME, "owner record", max_bytes=_OWNER_BYTES, missing_ok=True)
+    except BadJSONError as error:
+        raise InputError(f"{error}; an unreadable owner record: delete it if this directory is yours") from None
+    if record is None:
         return _legacy_owner(directory) if directory.is_dir() else None
-    except (OSError, ValueError):
-        raise InputError(f"{directory / OWNER_NAME}: unreadable owner record; delete it if this directory is yours") from None
     stage = record.get("stage") if isinstance(record, dict) else None
     if not isinstance(stage, str) or not stage:
         raise InputError(f"{directory / OWNER_NAME}: not a draftsmith owner record; delete it if this directory is yours")
@@ -108,6 +114,12 @@ def claim_directory(directory: str | Path, stage: str) -> None:
     check_owner(directory, stage)
 
 
+def lock_beside(path: str | Path) -> Path:
+    """The lock of an output replaced as a whole (an export, a demo workdir, one output file): it
+    lives beside it, ``.NAME.draftsmith.lock`` (shortened to fit for a name near the length limit)."""
+    return sibling_name(path, ".", ".draftsmith.lock")
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -121,7 +133,9 @@ def _pid_alive(pid: int) -> bool:
 def _holder(text: str) -> tuple[int | None, str, str]:
     """(pid, host, what) recorded in a lock file: ``pid host what``."""
     parts = text.split(maxsplit=2)
-    pid = int(parts[0]) if parts and parts[0].isdigit() else None
+    # Only a pid a kernel could hand out: "²" is a digit to str.isdigit, and 10^20 overflows os.kill.
+    digits = parts[0] if parts and parts[0].isascii() and parts[0].isdigit() and len(parts[0]) <= 10 else ""
+    pid = int(digits) if digits and 0 < int(digits) <= MAX_PID else None
     return pid, (parts[1] if len(parts) > 1 else "?"), (parts[2].strip() if len(parts) > 2 else "")
 
 
@@ -156,8 +170,8 @@ def lock_holder(path: str | Path) -> dict:
     "alive"}``; alive is True/False on this host, None for a writer on another host, and False with pid
     None when no run holds it (a finished run empties the file; a killed one leaves its pid)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+    try:  # a FIFO or a link to a device at the lock's name is refused, and no more than a record is read
+        text = read_regular_bytes(path, LOCK_RECORD_BYTES, truncate=True).decode("utf-8", "replace")
     except FileNotFoundError:
         text = ""
     pid, host, what = _holder(text)
@@ -302,6 +316,6 @@ def lock_output_file(path: str | Path, what: str, *, flag: str = "--out", **opti
     if path.is_dir():
         raise InputError(f"{flag} {path}: is a directory; {flag} names the file to write (e.g. {path / 'bench.json'})")
     parent = require_output_dir(path.parent, flag)
-    lock = DirectoryLock(parent, what, lock_file=parent / f".{path.name}.draftsmith.lock", own=False, **options)
+    lock = DirectoryLock(parent, what, lock_file=lock_beside(parent / path.name), own=False, **options)
     with lock:
         yield lock

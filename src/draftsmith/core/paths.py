@@ -52,3 +52,23 @@ def require_output_dir(path: str | os.PathLike, what: str) -> Path:
                 raise InputError(f"{what} {shown}: exists and is not a directory")
             break
     return path
+
+
+#: The longest file name (in bytes) the file systems draftsmith runs on take.
+NAME_MAX = 255
+
+
+def sibling_name(path: str | os.PathLike, prefix: str = ".", suffix: str = "") -> Path:
+    """``prefix + name + suffix`` beside ``path``: a helper name (a lock, a staging folder, a
+    temporary) of a name draftsmith was given. A legal name near the 255-byte limit would not fit
+    with the additions, so it is then cut, and a digest of the whole name keeps it that name's own."""
+    import hashlib
+
+    path = Path(path)
+    name = os.fsencode(path.name)
+    extra = os.fsencode(prefix) + os.fsencode(suffix)
+    if len(name) + len(extra) <= NAME_MAX:
+        return path.with_name(prefix + path.name + suffix)
+    digest = hashlib.sha256(name).hexdigest()[:16].encode()
+    head = name[: NAME_MAX - len(extra) - len(digest) - 1]
+    return path.with_name(os.fsdecode(os.fsencode(prefix) + head + b"~" + digest + os.fsencode(suffix)))

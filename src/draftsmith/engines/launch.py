@@ -426,6 +426,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="llama-server threads; default 1 for the tiny target, else every core")
     parser.add_argument("--port", type=int, default=None)
     args = parser.parse_args(argv)
+    if args.port is not None and not 1 <= args.port <= 65535:  # checked before anything is built or started
+        print(f"draftsmith: error: --port {args.port}: not a TCP port (1 to 65535); leave it out for a free one",
+              file=sys.stderr)  # fmt: skip
+        return 2
     log = lambda message: print(message, file=sys.stderr)  # noqa: E731
     try:
         model, served = _resolve_model(args.model, args.engine, log)

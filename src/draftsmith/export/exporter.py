@@ -20,9 +20,9 @@ import torch
 
 from draftsmith.core.config import torch_dtype
 from draftsmith.core.errors import InputError
-from draftsmith.core.paths import require_output_dir
+from draftsmith.core.paths import require_output_dir, sibling_name
 from draftsmith.core.io import disk_full_as_one_line, fresh_dir, publish, write_atomic
-from draftsmith.core.lock import lock_directory
+from draftsmith.core.lock import lock_beside, lock_directory
 from draftsmith.model import CONFIG_NAME, DFlashDraftModel, feature_definition_warning, load_drafter, save_drafter
 
 
@@ -189,7 +189,7 @@ def export_drafter(
         raise InputError(f"--out {out}: is a symbolic link (to {os.readlink(out)}); export replaces --out as a whole, "
                          f"so give the directory itself ({out.resolve()}) or a new path")
     # `out` itself is replaced by a rename at the end, so its lock lives next to it.
-    with lock_directory(out, "export", lock_file=out.parent / f".{out.name}.draftsmith.lock"):
+    with lock_directory(out, "export", lock_file=lock_beside(out)):
         return _export(drafter, out, dtype, overwrite, check_reference)
 
 
@@ -221,7 +221,7 @@ def _export(drafter, out: Path, dtype: str | None, overwrite: bool, check_refere
     if source is not None and out.resolve() == source.resolve():
         raise InputError(f"{out}: is the source drafter directory; export to a new directory")
 
-    staging = fresh_dir(out.with_name(f".{out.name}.partial"))
+    staging = fresh_dir(sibling_name(out, ".", ".partial"))
     try:
         with disk_full_as_one_line(staging):  # removed on any failure: nothing half-written stays
             save_drafter(model, staging, dtype=target_dtype)

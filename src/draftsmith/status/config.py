@@ -27,7 +27,7 @@ class StatusConfig(BaseModel):
     window: str = Field("10m", description="recent window for rates and the ETA (e.g. 10m, 1h)")
     stall_after: str = Field("10m", description="a live writer with no new row (or step) for this long is stalled")
     planned_tokens: float | None = Field(
-        None, description="the planned mean output tokens per sample (from `draftsmith plan`): the ETA is re-planned against it"
+        None, gt=0, description="the planned mean output tokens per sample (from `draftsmith plan`): the ETA is re-planned against it"
     )
     failing_share: float = Field(
         0.5, ge=0, le=1, description="failing: at least this share of the window's finished samples failed (and 5 or more)"

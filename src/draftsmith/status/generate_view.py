@@ -61,9 +61,11 @@ def _failures(directory: Path, tag: str, record: dict | None, since: float) -> t
     and how many fell in the window."""
     path = directory / f"failures-{tag}.jsonl"
     kinds, ids, recent = Counter(), set(), 0
-    if not path.is_file():
+    try:
+        entries = list(json_lines(path, int((record or {}).get("failures_start") or 0)))
+    except FileNotFoundError:
         return kinds, ids, recent
-    for entry in json_lines(path, int((record or {}).get("failures_start", 0))):
+    for entry in entries:
         ids.add(str(entry.get("id")))
         kinds[failure_kind(str(entry.get("reason", "")))] += 1
         try:
@@ -91,6 +93,11 @@ def _rates(record: dict | None, basis: RowStats, now: float, window_s: float) ->
             "rows_since": rate(start, current, 1), "tokens_since": rate(start, current, 2)}  # fmt: skip
 
 
+def _count(summary: dict, field: str) -> int:
+    value = summary.get(field)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
 def shard_status(directory: Path, tag: str, config: StatusConfig, window_s: float, stall_s: float, now: float) -> dict:
     record = read_progress(directory / progress_name(tag))
     summary_path = directory / f"summary-{tag}.json"
@@ -103,8 +110,8 @@ def shard_status(directory: Path, tag: str, config: StatusConfig, window_s: floa
     if record is not None and record.get("input") is not None:
         total, failed = int(record["input"]), len(failed_ids) + int(record.get("skipped_failed") or 0)
     elif summary is not None:
-        total = int(summary.get("input", 0)) - int(summary.get("duplicates", 0))
-        failed = int(summary.get("failed", 0)) + int(summary.get("skipped_failed", 0))
+        total = _count(summary, "input") - _count(summary, "duplicates")
+        failed = _count(summary, "failed") + _count(summary, "skipped_failed")
     else:
         total, failed = None, len(failed_ids)
     last_row = max(filter(None, [newest, (record or {}).get("last_row_at")]), default=None)
@@ -153,9 +160,10 @@ def _settings(directory: Path, views: list[dict]) -> dict[str, Any]:
 
 def _lengths(stats: RowStats, max_tokens: int | None) -> dict[str, Any]:
     rows = stats.rows
+    cap = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0 else None
     return {
         "rows": rows, "mean": round(stats.output_tokens / rows, 1) if rows else None,
-        "p50": histogram_quantile(stats.histogram, 0.5), "p90": histogram_quantile(stats.histogram, 0.9),
+        "p50": histogram_quantile(stats.histogram, 0.5, cap), "p90": histogram_quantile(stats.histogram, 0.9, cap),
         "max_tokens": max_tokens, "length_share": round(stats.length_finish / rows, 4) if rows else None,
         "thinking_share": round(stats.reasoning_tokens / stats.output_tokens, 4) if stats.output_tokens else None,
     }  # fmt: skip

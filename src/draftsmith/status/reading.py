@@ -1,5 +1,10 @@
 """Reading what a live writer is writing, without disturbing it: no lock, nothing written, a
-half-written last line (no newline yet) left for the next look."""
+half-written last line (no newline yet) left for the next look.
+
+Every file status opens goes through the shared readers (`draftsmith.core.readers`): a regular file
+or one line naming what is there instead (a FIFO would block status, a link to /dev/zero would never
+end), JSON files bounded in size and depth, and a JSONL line longer than the row-size limit skipped
+without being held."""
 
 from __future__ import annotations
 
@@ -10,20 +15,33 @@ from pathlib import Path
 from typing import Any
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.limits import max_row_bytes
 from draftsmith.core.lock import lock_holder
+from draftsmith.core.readers import BadJSONError, open_regular
+from draftsmith.core.readers import read_json as read_json_value
 
 _BLOCK = 1 << 20
 
 
 def complete_lines(path: Path, offset: int = 0) -> Iterator[bytes]:
-    """The complete lines of `path` from byte `offset` on (a torn or still-growing last line is not one)."""
-    with path.open("rb") as handle:
+    """The complete lines of `path` from byte `offset` up to its size when opened (what is appended
+    meanwhile is for the next look; a torn or still-growing last line is not a line yet). A line over
+    the row-size limit is skipped unread."""
+    limit = max_row_bytes()
+    descriptor = open_regular(path)
+    with os.fdopen(descriptor, "rb") as handle:
+        left = max(0, os.fstat(descriptor).st_size - offset)
         handle.seek(offset)
-        pending = b""
-        while block := handle.read(_BLOCK):
+        pending, skipping = b"", False
+        while left > 0 and (block := handle.read(min(_BLOCK, left))):
+            left -= len(block)
             lines = (pending + block).split(b"\n")
             pending = lines.pop()
-            yield from (line for line in lines if line.strip())
+            if skipping and lines:  # the end of an oversized line: drop its rest
+                lines, skipping = lines[1:], False
+            yield from (line for line in lines if line.strip() and len(line) <= limit)
+            if len(pending) > limit:
+                pending, skipping = b"", True
 
 
 def json_lines(path: Path, offset: int = 0) -> Iterator[dict[str, Any]]:
@@ -32,17 +50,18 @@ def json_lines(path: Path, offset: int = 0) -> Iterator[dict[str, Any]]:
     for line in complete_lines(path, offset):
         try:
             value = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(value, dict):
             yield value
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
-    """A JSON object file written atomically by a stage, or None (absent, or not an object)."""
+    """A JSON object file written atomically by a stage, or None (absent, damaged, or not an object);
+    a FIFO, a device or an oversized file at its name is an `InputError` naming it."""
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        value = read_json_value(path, missing_ok=True)
+    except BadJSONError:
         return None
     return value if isinstance(value, dict) else None
 

@@ -91,6 +91,8 @@ def _train_rows(table: Table, train: dict) -> None:
     table.add_row("drafter-best", "--" if not best else f"tau {best['eval_tau']:.2f} at step {best['step']:,}")
     checkpoint = train.get("checkpoint")
     table.add_row("checkpoint", "--" if not checkpoint else f"{checkpoint['name']}, written {_age(checkpoint['age_s'])}")
+    if train.get("stopped"):
+        table.add_row("stopped", train["stopped"])
 
 
 def render(summary: StatusSummary):

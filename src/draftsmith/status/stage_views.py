@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from draftsmith.core.lock import LOCK_NAME
+from draftsmith.core.lock import LOCK_NAME, lock_beside
 from draftsmith.core.manifest import read_manifest
 from draftsmith.status.config import ShardStatus, StatusSummary
 from draftsmith.status.reading import describe_writer, json_lines, list_directory, newest_mtime, read_json
@@ -58,20 +58,25 @@ def _checkpoint(directory: Path, now: float) -> dict[str, Any] | None:
 def train_status(directory: Path, window_s: float, stall_s: float) -> StatusSummary:
     now = time.time()
     log_path = directory / TRAIN_LOG
-    records = list(json_lines(log_path)) if log_path.is_file() else []
+    records = _log_records(log_path)
     steps = [r for r in records if "loss" in r and isinstance(r.get("step"), int)]
     evals = [r for r in records if "eval_tau" in r]
     last = steps[-1] if steps else {}
     config = read_json(directory / "train_config.json") or {}
-    total = last.get("total_steps") or config.get("max_steps")
+    total = next((value for value in (last.get("total_steps"), config.get("max_steps"))
+                  if isinstance(value, int) and not isinstance(value, bool) and value > 0), None)  # fmt: skip
     step = int(last.get("step", 0))
     rate, rate_since = _train_rates(steps, now, window_s)
     alive, writer = describe_writer(directory / LOCK_NAME)
     last_write = newest_mtime([log_path, directory / LOCK_NAME])
     age = None if last_write is None else round(now - last_write, 1)
-    finished = (directory / TRAIN_SUMMARY).is_file() and (total is None or step >= total or not steps)
+    run_summary = read_json(directory / TRAIN_SUMMARY)
+    stopped = _stopped_early(run_summary, step)
+    finished = run_summary is not None and (total is None or step >= total or not steps or stopped is not None)
     state = _state(alive, finished, age, stall_s)
-    remaining = None if total is None else max(0, total - step)
+    if state != "finished":
+        stopped = None  # an earlier run's stop; this one is still running, or died after it
+    remaining = 0 if state == "finished" else (None if total is None else max(0, total - step))
     eta = 0.0 if remaining == 0 else (remaining / rate if remaining is not None and rate else None)
     best = read_json(directory / BEST_RECORD)
     train = {
@@ -79,10 +84,10 @@ def train_status(directory: Path, window_s: float, stall_s: float) -> StatusSumm
         "train_tau": last.get("train_tau"), "steps_per_s": rate, "steps_per_s_since_start": rate_since,
         "last_eval": {k: evals[-1].get(k) for k in ("step", "eval_tau")} if evals else None,
         "drafter_best": {k: best.get(k) for k in ("step", "eval_tau")} if best else None,
-        "checkpoint": _checkpoint(directory, now), "summary": (directory / TRAIN_SUMMARY).is_file(),
+        "checkpoint": _checkpoint(directory, now), "summary": run_summary is not None, "stopped": stopped,
     }  # fmt: skip
     shard = ShardStatus(name="train", directory=str(directory), state=state, done=step, total=total, writer=writer,
-                        writer_alive=alive, last_write_age_s=age)  # fmt: skip
+                        writer_alive=alive, last_write_age_s=age, note=stopped)  # fmt: skip
     summary = StatusSummary(
         stage="train", state=state, directories=[str(directory)], done=step, total=total, rows_per_s=rate,
         rows_per_s_since_start=rate_since, output_tokens_per_s=last.get("tokens_per_s"),
@@ -94,6 +99,25 @@ def train_status(directory: Path, window_s: float, stall_s: float) -> StatusSumm
     return summary
 
 
+def _log_records(path: Path) -> list[dict]:
+    try:
+        return list(json_lines(path))
+    except FileNotFoundError:
+        return []
+
+
+def _stopped_early(run_summary: dict | None, step: int) -> str | None:
+    """Why a run that ended before its planned steps stopped as it was asked to (`train --max-minutes`),
+    when its summary says so and no later run has logged past it; else None."""
+    extra = (run_summary or {}).get("extra")
+    if not isinstance(extra, dict) or extra.get("stopped_by_max_minutes") is not True:
+        return None
+    steps = run_summary.get("steps")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < step:
+        return None
+    return f"stopped by --max-minutes at step {steps}; `train --resume` continues it"
+
+
 def _train_settings(config: dict) -> dict[str, Any]:
     keys = ("target", "data", "offline_features", "epochs", "max_steps", "batch_size", "grad_accum", "lr", "block_size",
             "max_length", "sharding")
@@ -103,7 +127,7 @@ def _train_settings(config: dict) -> dict[str, Any]:
 def other_status(stage: str, directory: Path, stall_s: float) -> StatusSummary:
     """tokenize, extract and export: running, finished or dead, with done/total where the stage records it."""
     now = time.time()
-    lock = directory.parent / f".{directory.name}.draftsmith.lock" if stage == "export" else directory / LOCK_NAME
+    lock = lock_beside(directory) if stage == "export" else directory / LOCK_NAME
     alive, writer = describe_writer(lock)
     names = list_directory(directory)
     manifest = read_manifest(directory) or {}
