@@ -7,13 +7,13 @@ only the few target tensors a comparison needs are loaded.
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.readers import read_json
 from draftsmith.model.safetensors_file import read_safetensors_header
 
 
@@ -23,10 +23,7 @@ def _read_config(path: Path, what: str) -> dict[str, Any]:
         raise InputError(f"{path}: {what} directory not found")
     if not config_path.is_file():
         raise InputError(f"{config_path}: not found ({what} directories hold a config.json)")
-    try:
-        raw = json.loads(config_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise InputError(f"{config_path}: not valid JSON ({error})") from None
+    raw = read_json(config_path, "config")  # the one JSON reader: a plain file, bounded in size and depth
     if not isinstance(raw, dict):
         raise InputError(f"{config_path}: expected a JSON object")
     return raw

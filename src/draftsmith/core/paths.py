@@ -72,3 +72,18 @@ def sibling_name(path: str | os.PathLike, prefix: str = ".", suffix: str = "") -
     digest = hashlib.sha256(name).hexdigest()[:16].encode()
     head = name[: NAME_MAX - len(extra) - len(digest) - 1]
     return path.with_name(os.fsdecode(os.fsencode(prefix) + head + b"~" + digest + os.fsencode(suffix)))
+
+
+def require_utf8_path(path: str | os.PathLike, what: str) -> Path:
+    """``path``, if it is valid UTF-8 (Arrow and safetensors take only UTF-8 paths; Python keeps
+    a name's other bytes as surrogates, which those libraries refuse mid-run): else an `InputError`,
+    raised before anything is made."""
+    path = Path(path)
+    text = str(path.absolute())
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        bad = os.fsencode(text[error.start : error.end])
+        raise InputError(f"{what} {path}: its path holds bytes that are not UTF-8 ({bad!r}); the Arrow files "
+                         f"draftsmith reads and writes need UTF-8 paths: rename it") from None  # fmt: skip
+    return path

@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 
 from draftsmith.core.errors import InputError
 from draftsmith.core.io import atomic_path, fresh_file
+from draftsmith.core.paths import require_utf8_path
 from draftsmith.data.sources import TABLE_SUFFIXES, column_names, resolve, suffix_of, table_batches
 
 SHARD_PATTERN = "part-{index:05d}.arrow"
@@ -65,6 +66,8 @@ CONVERT_BATCH_ROWS = 4096
 
 def tokenized_files(path: str | Path | Iterable[str | Path], split: str | None = None) -> list[Path]:
     """The Arrow/Parquet files of a tokenized dataset (see the module docstring)."""
+    for given in [path] if isinstance(path, (str, Path)) else list(path):
+        require_utf8_path(given, "tokenized data")  # Arrow takes only UTF-8 paths
     return resolve(path, split, TABLE_SUFFIXES)
 
 

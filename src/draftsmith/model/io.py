@@ -20,6 +20,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.readers import read_json
 from draftsmith.core.io import atomic_path, write_atomic
 from draftsmith.model.config import DFlashConfig
 from draftsmith.model.drafter import DFlashDraftModel
@@ -130,10 +131,9 @@ def load_drafter_config(path: str | os.PathLike) -> DFlashConfig:
     config_path = Path(path) / CONFIG_NAME
     if not config_path.is_file():
         raise InputError(f"{config_path}: not found (a drafter directory holds config.json + {WEIGHTS_NAME})")
-    try:
-        raw = json.loads(config_path.read_text())
-    except json.JSONDecodeError as error:
-        raise InputError(f"{config_path}: invalid JSON: {error}") from error
+    raw = read_json(config_path, "drafter config")  # the one JSON reader: a plain file, bounded in size and depth
+    if not isinstance(raw, dict):
+        raise InputError(f"{config_path}: expected a JSON object, found {type(raw).__name__}")
     architectures = raw.get("architectures") or []
     if "DFlashDraftModel" not in architectures:
         raise InputError(f"{config_path}: architectures is {architectures}, expected ['DFlashDraftModel']")
@@ -157,7 +157,11 @@ def read_mask_embedding_file(path: str | os.PathLike) -> tuple[int | None, torch
         if not isinstance(state.get("embedding"), torch.Tensor):
             raise InputError(f"{path}: holds no 'embedding' tensor (keys {sorted(state)})")
         token_id = state.get("mask_token_id")
-        return (None if token_id is None else int(token_id)), state["embedding"]
+        if isinstance(token_id, torch.Tensor) and token_id.numel() == 1 and not token_id.is_floating_point():
+            token_id = token_id.item()
+        if token_id is not None and (not isinstance(token_id, int) or isinstance(token_id, bool) or token_id < 0):
+            raise InputError(f"{path}: mask_token_id is {token_id!r:.60}, expected a token id (a whole number >= 0)")
+        return token_id, state["embedding"]
     if isinstance(state, torch.Tensor):
         return None, state
     raise InputError(f"{path}: holds a {type(state).__name__}, expected a tensor or a dict with 'embedding'")

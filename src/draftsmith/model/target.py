@@ -11,13 +11,13 @@ the file, exit 2, no traceback.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.readers import read_json
 from draftsmith.core.paths import require_dir
 
 CONFIG_FILE = "config.json"
@@ -37,14 +37,7 @@ def _is_count(value) -> bool:
 
 def _read_json_object(path: Path) -> dict:
     """A JSON object from `path`, or an `InputError` naming the file (and line) and the problem."""
-    try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text") from None
-    except json.JSONDecodeError as error:
-        raise InputError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
-    except OSError as error:
-        raise InputError(f"{path}: cannot be read ({error.strerror or error})") from None
+    payload = read_json(path, "file")  # the one JSON reader: a plain file, bounded in size and depth
     if not isinstance(payload, dict):
         raise InputError(f"{path}: expected a JSON object, found {type(payload).__name__}")
     return payload

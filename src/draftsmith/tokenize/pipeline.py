@@ -23,7 +23,7 @@ from typing import Any
 from draftsmith.core.limits import workers_for
 from draftsmith.core.errors import DraftsmithError, InputError
 from draftsmith.core.manifest import MANIFEST_NAME, check_manifest, record_partial_inputs, set_complete, tokenizer_fingerprint
-from draftsmith.core.paths import require_output_dir
+from draftsmith.core.paths import require_output_dir, require_utf8_path
 from draftsmith.core.io import write_json_atomic
 from draftsmith.core.lock import lock_directory
 from draftsmith.core.signals import ignore_interrupts_in_worker
@@ -252,6 +252,7 @@ def tokenize_dataset(
     and `tokenize_summary.json` are written either way. A second run on the same `output_dir`
     while this one holds it is refused.
     """
+    require_utf8_path(output_dir, "--out")  # its shards are Arrow files: refused before the directory is made
     require_output_dir(output_dir, "--out")
     with lock_directory(output_dir, "tokenize"):
         return _tokenize_dataset(inputs, tokenizer_path, output_dir, options)
