@@ -135,3 +135,15 @@ def test_a_foreign_server_that_takes_the_port_during_start_is_not_ready(answerin
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+@pytest.mark.parametrize("port", ["70000", "-1", "0"])
+def test_a_port_outside_tcp_is_one_line_before_anything_starts(port):
+    """`engines start --port 70000` or `-1` was a traceback (issue 34 item 8); needs no engine installed."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "draftsmith.engines", "start", "llama-server", "--port", port],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip() == f"draftsmith: error: --port {port}: not a TCP port (1 to 65535); leave it out for a free one"

@@ -222,3 +222,14 @@ def test_export_keeps_the_training_template_record(tmp_path, drafter):
     assert 'sha256 abababababababab... with kwargs {"enable_thinking": false}' in card
     plain = export_drafter(drafter, tmp_path / "plain")
     assert "chat template: not recorded" in (plain.path / "README.md").read_text()
+
+
+def test_export_to_a_name_near_the_length_limit(tmp_path, drafter):
+    """A legal 240-255-byte --out failed on its own lock and staging names (issue 34 item 9)."""
+    for length in (240, 255):
+        out = tmp_path / ("e" * length)
+        result = export_drafter(drafter, out)
+        assert result.path == out and (out / "model.safetensors").is_file()
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == sorted(
+            p.name for p in tmp_path.iterdir() if p.name.endswith(".draftsmith.lock"))  # no staging left behind
+        assert main(["status", "--json", str(out)]) == 0  # status finds the export's lock beside it

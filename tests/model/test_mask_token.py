@@ -118,3 +118,19 @@ def test_the_drafter_config_ties_its_head_as_the_target_does(tiny_target):
     # Gemma 3 keeps RoPE per layer type; the drafter's full-attention layers take the full-attention set.
     rope = build_drafter_config(tied, num_draft_layers=1, mask_token_id=3).rope_parameters
     assert rope == tied.rope_parameters["full_attention"]
+
+
+@pytest.mark.parametrize("token_id", ["abc", 1.5, -3, True, [3]])
+def test_a_mask_token_id_that_is_no_token_id_is_one_line(tmp_path, token_id):
+    """`mask_token_id` "abc" in mask_embedding.pt was a ValueError traceback (issue 34 item 8)."""
+    import torch
+
+    from draftsmith.core.errors import InputError
+    from draftsmith.model.io import read_mask_embedding_file
+
+    path = tmp_path / "mask_embedding.pt"
+    torch.save({"mask_token_id": token_id, "embedding": torch.zeros(8)}, str(path))
+    with pytest.raises(InputError, match=r"mask_embedding.pt: mask_token_id is .*expected a token id"):
+        read_mask_embedding_file(path)
+    torch.save({"mask_token_id": torch.tensor(7), "embedding": torch.zeros(8)}, str(path))
+    assert read_mask_embedding_file(path)[0] == 7

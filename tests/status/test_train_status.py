@@ -82,3 +82,22 @@ def test_a_finished_train_shows_eval_tau_best_and_checkpoint(tokenized, tiny_tar
     assert train["last_eval"]["step"] == 6 and train["last_eval"]["eval_tau"] >= 1
     assert train["drafter_best"] == {"step": record["step"], "eval_tau": record["eval_tau"]}
     assert train["checkpoint"]["step"] == 6 and train["checkpoint"]["age_s"] >= 0
+
+
+def test_a_run_stopped_by_max_minutes_is_finished_with_its_reason_and_exit_0(tokenized, tiny_target_dir, tmp_path):
+    """It stopped as it was asked to: `dead` and exit 1 paged the README's cron line for every budgeted
+    run (issue 34 item 3). A resume that then dies is dead again."""
+    out = tmp_path / "run"
+    completed = subprocess.run(_train(tiny_target_dir, tokenized, out, "--max-steps", "40", "--log-every", "2",
+                                      "--max-minutes", "2e-5"),
+                               env=environment(), capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert completed.returncode == 0 and "stopped by --max-minutes" in completed.stderr, completed.stderr[-3000:]
+    code, view, _ = run_status(out)
+    assert (code, view["state"], view["done"], view["total"], view["eta_s"], view["alerts"]) == (0, "finished", 2, 40, 0, [])
+    assert view["train"]["stopped"].startswith("stopped by --max-minutes at step 2")
+    assert view["shards"][0]["note"] == view["train"]["stopped"]
+    # A later run logged past the summary's step and left no summary of its own: killed, so dead.
+    with (out / "train_log.jsonl").open("a") as log:
+        log.write(json.dumps({"step": 4, "loss": 1.0, "total_steps": 40}) + "\n")
+    code, view, _ = run_status(out)
+    assert (code, view["state"], view["train"]["stopped"]) == (1, "dead", None)

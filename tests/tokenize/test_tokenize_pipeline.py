@@ -331,3 +331,24 @@ def test_a_run_stopped_by_its_error_gate_is_not_complete(tmp_path, tiny_target_d
     assert read_manifest(out)["complete"] is False
     with pytest.raises(InputError, match="the tokenized set is incomplete.*stopped on errors"):
         require_complete(out, "the tokenized set", "fix the rows and rerun")
+
+
+def test_an_output_path_that_is_not_utf8_is_one_line_and_nothing_is_made(tmp_path, tiny_target_dir, capsys):
+    """Arrow took it as far as the first shard (UnicodeEncodeError), leaving the directory half-made
+    (issue 34 item 8); train --data of such a path is one line too."""
+    import os
+
+    from draftsmith.data.tokenized import load_tokenized
+
+    source = write_jsonl(tmp_path / "rows.jsonl", list(synthetic_conversations(4, seed=6)))
+    parent = os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9")
+    out = os.path.join(parent, "out")
+    code = main(["tokenize", str(source), "-t", str(tiny_target_dir), "-o", out, "--no-audit", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "not UTF-8 (b'\\xe9')" in err
+    assert not os.path.exists(parent)
+    good = tmp_path / "good"
+    assert main(["tokenize", str(source), "-t", str(tiny_target_dir), "-o", str(good), "--no-audit", "--no-progress"]) == 0
+    os.rename(good, parent)
+    with pytest.raises(InputError, match="not UTF-8"):
+        load_tokenized(parent)

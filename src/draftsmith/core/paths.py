@@ -84,6 +84,7 @@ def require_utf8_path(path: str | os.PathLike, what: str) -> Path:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
         bad = os.fsencode(text[error.start : error.end])
-        raise InputError(f"{what} {path}: its path holds bytes that are not UTF-8 ({bad!r}); the Arrow files "
+        shown = os.fsencode(str(path)).decode("utf-8", "backslashreplace")  # printable on any terminal
+        raise InputError(f"{what} {shown}: its path holds bytes that are not UTF-8 ({bad!r}); the Arrow files "
                          f"draftsmith reads and writes need UTF-8 paths: rename it") from None  # fmt: skip
     return path
