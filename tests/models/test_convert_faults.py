@@ -115,7 +115,7 @@ def test_a_gguf_cut_inside_its_header_is_one_line(ggufs, tmp_path):
         cut = tmp_path / f"cut-{size}.gguf"
         cut.write_bytes(ggufs["whole"].read_bytes()[:size])
         result = _run("models", "convert", "--gguf", str(cut), "--out", str(tmp_path / "hf"))
-        _one_line_error(result, f"--gguf {cut}: its header cannot be read, the file is cut off or damaged")
+        _one_line_error(result, f"--gguf {cut}: cannot be read as a GGUF, the file is cut off or damaged")
         assert not (tmp_path / "hf").exists()
 
 

@@ -103,7 +103,7 @@ def read_gguf_header(gguf: Path) -> GGUFHeader:
     except (ValueError, struct.error, IndexError, KeyError, TypeError, OverflowError, UnicodeDecodeError,
             MemoryError) as error:
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise InputError(f"--gguf {gguf}: its header cannot be read, the file is cut off or damaged ({detail})") from None
+        raise InputError(f"--gguf {gguf}: cannot be read as a GGUF, the file is cut off or damaged ({detail})") from None
     if not isinstance(architecture, str) or not architecture:
         raise InputError(f"--gguf {gguf}: has no general.architecture in its header, so no model family to build")
     return GGUFHeader(architecture=architecture,
