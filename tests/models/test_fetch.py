@@ -101,7 +101,7 @@ def test_convert_of_a_truncated_gguf_is_one_line_and_leaves_no_folder(tmp_path, 
     result = _run("models", "convert", "--gguf", str(truncated), "--out", str(tmp_path / "out"))
     assert result.returncode == 2, result.stderr
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"draftsmith: error: --gguf {truncated}: its header cannot be read, the file is cut off")
+    assert last.startswith(f"draftsmith: error: --gguf {truncated}: cannot be read as a GGUF, the file is cut off")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.gguf"]
 
 
