@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from draftsmith.core.errors import InputError
-from draftsmith.models.convert import STAMP, conversion_problem, convert_gguf
+from draftsmith.models.convert import STAMP, convert_gguf
 from tiny_gguf import write_tiny_gguf
 
 
@@ -62,6 +62,8 @@ def test_a_conversion_whose_weights_are_not_all_in_the_file_is_refused_and_not_s
 
 
 def test_a_whole_gguf_converts_with_every_file_recorded_and_readable_by_others(ggufs, tmp_path):
+    from draftsmith.models.convert import conversion_problem
+
     out = convert_gguf(ggufs["whole"], tmp_path / "hf")
     stamp = json.loads((out / STAMP).read_text())
     assert set(stamp["files"]) >= {"config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja"}
