@@ -208,8 +208,13 @@ def test_fetch_never_writes_through_a_link_and_sweeps_what_a_killed_fetch_left(t
     fetched = fetch_model("tiny-test", tmp_path / "cache", log=_quiet)
     assert victim.read_text() == "not yours"
     assert fetched.gguf.is_file() and not fetched.gguf.is_symlink()
-    assert sorted(p.name for p in home.iterdir()) == [".draftsmith-owner", ".draftsmith.lock", ".hf.draftsmith.lock",
-                                                      gguf_name, "hf"]
+    listing = [".draftsmith-owner", ".draftsmith.lock", ".hf.draftsmith.lock", gguf_name, "hf"]
+    assert sorted(p.name for p in home.iterdir()) == listing
+    # Killed after the new folder was published, before the old one was deleted: the model is intact.
+    (home / ".hf-replaced-4242").mkdir()
+    (home / ".hf-replaced-4242" / "model.safetensors").write_bytes(b"\0" * 1000)
+    assert fetch_model("tiny-test", tmp_path / "cache", log=_quiet) == fetched
+    assert sorted(p.name for p in home.iterdir()) == listing
 
 
 def test_a_second_fetch_of_one_model_is_refused_while_the_first_runs(tmp_path, tiny_source):

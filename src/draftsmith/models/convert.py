@@ -267,6 +267,20 @@ def _sweep(out_dir: Path, log: Callable[[str], None]) -> None:
             discard_path(stale)
 
 
+def _conversion_lock(out_dir: Path, log: Callable[[str], None]):
+    # `out_dir` is replaced by a rename at the end, so its lock lives beside it; a model folder is not
+    # claimed by a stage (no owner record inside the folder a target is read from).
+    return lock_directory(out_dir, "models convert", lock_file=out_dir.parent / f".{out_dir.name}.draftsmith.lock",
+                          own=False, log=log)
+
+
+def sweep_stopped_conversions(out_dir: Path, log: Callable[[str], None] = lambda message: None) -> None:
+    """Remove the staging a killed conversion into `out_dir` left, under the conversion's lock."""
+    out_dir = Path(out_dir)
+    with _conversion_lock(out_dir, log):
+        _sweep(out_dir, log)
+
+
 def _refuse_foreign(out_dir: Path, label: str) -> None:
     if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / STAMP).is_file():
         raise InputError(f"{label}: exists and is not an earlier conversion; remove it or choose another")
@@ -302,10 +316,7 @@ def convert_gguf(
     require_output_dir(out_dir, out_flag or "output folder")
     _refuse_foreign(out_dir, label)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    # `out_dir` is replaced by a rename at the end, so its lock lives beside it; a model folder is not
-    # claimed by a stage (no owner record inside the folder a target is read from).
-    with lock_directory(out_dir, "models convert", lock_file=out_dir.parent / f".{out_dir.name}.draftsmith.lock",
-                        own=False, log=log):
+    with _conversion_lock(out_dir, log):
         _refuse_foreign(out_dir, label)
         _sweep(out_dir, log)
         _convert(gguf, header, out_dir, template, chat_template, provenance, log)

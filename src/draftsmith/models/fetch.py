@@ -26,7 +26,7 @@ from pathlib import Path
 from draftsmith.core.errors import DraftsmithError, InputError
 from draftsmith.core.io import discard_path, fresh_file, open_own_file, publish
 from draftsmith.core.lock import lock_directory
-from draftsmith.models.convert import STAMP, conversion_problem, convert_gguf, sha256_file
+from draftsmith.models.convert import STAMP, conversion_problem, convert_gguf, sha256_file, sweep_stopped_conversions
 from draftsmith.models.registry import KNOWN_MODELS, ModelSource
 
 
@@ -143,12 +143,21 @@ def cached_model(name: str, cache_dir: Path | None = None) -> FetchedModel | Non
     return None
 
 
+def _staging_patterns(source: ModelSource) -> tuple[str, ...]:
+    return (f".{source.gguf_name}.partial", f".{source.gguf_name}.*.partial", ".download-*",
+            ".hf-converting-*", ".hf-replaced-*")
+
+
 def _sweep(home: Path, source: ModelSource, log: Callable[[str], None]) -> None:
-    """What a killed fetch left (called under the model's lock, so no live fetch owns any of them)."""
-    for pattern in (f".{source.gguf_name}.partial", f".{source.gguf_name}.*.partial", ".download-*"):
+    """What a killed fetch left (called under the model's lock, so no live fetch owns any of them;
+    a conversion's staging is swept under the conversion's own lock)."""
+    patterns = _staging_patterns(source)
+    for pattern in patterns[:3]:
         for stale in sorted(home.glob(pattern)):
             log(f"models: removing {stale}, left by a fetch that was stopped")
             discard_path(stale)
+    if any(next(home.glob(pattern), None) for pattern in patterns[3:]):
+        sweep_stopped_conversions(home / "hf", log)
 
 
 def fetch_model(
@@ -161,6 +170,11 @@ def fetch_model(
     missing or damaged. One fetch of a model at a time: a second is refused naming the first."""
     source = _source(name)
     home = Path(cache_dir or models_cache_dir()) / name
+    # An intact model with nothing left to sweep is only read: no lock, so a cache this user may
+    # read but not write still serves it.
+    cached = cached_model(name, cache_dir)
+    if cached is not None and not any(next(home.glob(pattern), None) for pattern in _staging_patterns(source)):
+        return cached
     with lock_directory(home, "models fetch", log=log):
         _sweep(home, source, log)
         return _fetch(name, source, home, log)
