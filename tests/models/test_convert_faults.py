@@ -105,10 +105,16 @@ def test_a_gguf_next_to_another_models_tokenizer_config_keeps_its_own_template(g
     folder.mkdir()
     gguf = folder / "model.gguf"
     gguf.write_bytes(ggufs["whole"].read_bytes())
+    from tokenizers import Tokenizer, models
+
+    # Another model's tokenizer, as a downloads folder holds it: transformers took it over the GGUF's own.
+    Tokenizer(models.WordLevel({"[UNK]": 0, "x": 1}, unk_token="[UNK]")).save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
                                                               "model_max_length": 100}))
     out = convert_gguf(gguf, tmp_path / "hf")
     assert "<|im_start|>" in (out / "chat_template.jinja").read_text()
+    vocabulary = json.loads((out / "tokenizer.json").read_text())["model"]["vocab"]
+    assert len(vocabulary) == 260 and "he" in vocabulary
 
 
 def test_a_gguf_cut_inside_its_header_is_one_line(ggufs, tmp_path):
