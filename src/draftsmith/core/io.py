@@ -94,6 +94,31 @@ def _link_refused(path: Path) -> InputError:
                       "output directory, never through a link: move the link away")
 
 
+def refuse_replaced_link(path: str | Path, flag: str, command: str) -> Path:
+    """``path`` (a directory ``command`` deletes and makes again, or replaces by a rename), unless it
+    is a symbolic link: removing it would empty the link's target, which is not draftsmith's."""
+    path = Path(path)
+    if path.is_symlink():
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        raise InputError(f"{flag} {path}: is a symbolic link (to {target}); {command} replaces {flag} as a whole, "
+                         f"so give the directory itself ({path.resolve()}) or a new path")
+    return path
+
+
+def discard_path(path: str | Path) -> None:
+    """Remove what a dead writer left at a staging name: a link or file is unlinked, a directory
+    removed with what it holds; a link is never followed (its target is not ours)."""
+    path = Path(path)
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    elif path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def refuse_link(path: str | Path) -> Path:
     """``path``, unless it is a symbolic link (an `InputError`): for a file draftsmith rewrites."""
     path = Path(path)
@@ -102,7 +127,7 @@ def refuse_link(path: str | Path) -> Path:
     return path
 
 
-def open_own_file(path: str | Path, flags: int = os.O_RDWR | os.O_CREAT, mode: int = 0o644) -> int:
+def open_own_file(path: str | Path, flags: int = os.O_RDWR | os.O_CREAT, mode: int = 0o666) -> int:
     """A descriptor for a file draftsmith writes in its own output directory (a lock, a log).
 
     Never through a symbolic link: one planted there (say to a file elsewhere) is refused, since
@@ -195,9 +220,51 @@ def fsync_tree(path: str | Path) -> None:
         os.fsync(handle.fileno())
 
 
+def current_umask() -> int:
+    """This process's umask, read without changing it (``os.umask`` can only be read by setting it,
+    which would race with another thread creating a file)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(path: str | Path) -> None:
+    """Give ``path`` (a file, or a directory and all below it) the permissions a plain new file gets
+    under the umask: writers that go through a private temporary file (``mkstemp``, safetensors,
+    ``mkdtemp``) leave 0600/0700, and a model folder on a shared file system must be readable like
+    every other file the user writes. Links are left alone (chmod would follow them)."""
+    mask = current_umask()
+    path = Path(path)
+    entries = [path]
+    if path.is_dir() and not path.is_symlink():
+        for root, directories, files in os.walk(path):
+            entries.extend(Path(root) / name for name in directories + files)
+    for entry in entries:
+        try:
+            status = entry.lstat()
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(status.st_mode) or status.st_mode & 0o111:
+            wanted = 0o777 & ~mask
+        elif stat.S_ISREG(status.st_mode):
+            wanted = 0o666 & ~mask
+        else:
+            continue
+        if stat.S_IMODE(status.st_mode) != wanted:
+            os.chmod(entry, wanted)
+
+
 def publish(temporary: str | Path, final: str | Path) -> Path:
-    """Make a finished temporary file or directory durable and rename it to ``final`` atomically."""
+    """Make a finished temporary file or directory durable and rename it to ``final`` atomically;
+    what appears there has the permissions the umask gives (see `follow_umask`)."""
     temporary, final = Path(temporary), Path(final)
+    follow_umask(temporary)
     fsync_tree(temporary)
     os.replace(temporary, final)
     fsync_dir(final.parent)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from draftsmith.core.errors import DraftsmithError, InputError
-from draftsmith.core.io import write_json_atomic
+from draftsmith.core.io import refuse_replaced_link, write_json_atomic
 from draftsmith.core.lock import claim_directory, lock_directory
 from draftsmith.demo.config import SEED_OUTPUT_TOKENS, SEED_SAMPLES, DemoConfig, DemoResult
 
@@ -170,7 +170,7 @@ def _evaluate(config: DemoConfig, target: Path, drafter_dir: Path, eval_file: Pa
 def run_demo(config: DemoConfig | None = None, log: Callable[[str], None] = print) -> DemoResult:
     """Run every stage on the tiny default; raises `DraftsmithError` when a stage's gate fails."""
     config = config or DemoConfig()
-    work = Path(config.workdir)
+    work = refuse_replaced_link(Path(config.workdir), "--workdir", "demo")
     # The workdir is deleted and made again, so its lock lives beside it.
     with lock_directory(work, "demo", lock_file=work.parent / f".{work.name}.draftsmith.lock"):
         _fresh_workdir(work)

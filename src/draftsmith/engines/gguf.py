@@ -16,6 +16,7 @@ from pathlib import Path
 
 from draftsmith.engines.install import engines_dir, llama_convert_script
 from draftsmith.core.errors import DraftsmithError
+from draftsmith.core.io import publish
 
 # Files whose content decides the GGUF: weights, config, tokenizer and chat template.
 _KEY_FILES = (
@@ -87,7 +88,7 @@ def convert_to_gguf(
             raise GGUFConversionError(
                 f"converting {model_dir} to GGUF failed (exit {result.returncode}):\n{tail}"
             )
-        os.replace(partial, out_path)
+        publish(partial, out_path)  # with the umask's permissions, not mkstemp's 0600
     finally:
         if os.path.exists(partial):
             os.unlink(partial)

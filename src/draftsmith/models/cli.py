@@ -33,11 +33,14 @@ def register(app: typer.Typer) -> None:
     def convert_command(
         gguf: Path = typer.Option(..., "--gguf", help="A GGUF file (any architecture transformers loads)."),
         out: Path = typer.Option(..., "--out", help="The Hugging Face folder to write."),
+        chat_template: Path = typer.Option(
+            None, "--chat-template", help="A Jinja chat template file: for a GGUF that carries none (a base model, "
+            "which regenerates poorly under any template: it continues the prompt), or to replace the one it carries."),
     ) -> None:
         """Convert a GGUF file to a Hugging Face folder (float32 weights, tokenizer, chat template)."""
         from draftsmith.models.convert import convert_gguf
 
-        typer.echo(str(convert_gguf(gguf, out, log=_log)))
+        typer.echo(str(convert_gguf(gguf, out, chat_template=chat_template, log=_log)))
 
     @models.command("list")
     def list_command() -> None:
