@@ -445,8 +445,17 @@ def _heads(read: _Reader, h: int) -> tuple[int, int, int]:
 def read_architecture(config_json_path: str | Path) -> Architecture:
     """The language model's weights and caches from `config.json` or a model directory."""
     path, config = read_model_config(config_json_path)
-    section = _language_section(config)
-    read = _Reader(path, config, section)
+    read = _Reader(path, config, _language_section(config))
+    try:
+        return _read_architecture(read)
+    except ValidationError as error:  # a field the reader let through in a shape a Tensor cannot hold
+        first = error.errors()[0]
+        raise read.fail(f"cannot plan from this config ({first.get('msg', 'invalid')} in its "
+                        f"{'.'.join(str(part) for part in first.get('loc', ()))})") from None
+
+
+def _read_architecture(read: _Reader) -> Architecture:
+    path, config, section = read.path, read.config, read.section
     model_type, warnings = _model_type(read, section, config)
     h = read.integer(("hidden_size",), "--params")
     layers = read.integer(("num_hidden_layers",), "--params")
@@ -482,33 +491,28 @@ def read_architecture(config_json_path: str | Path) -> Architecture:
                  *_attention(read, model_type, h, heads, kv_heads, head_dim, 1), *mlp,
                  Tensor(name="mtp_norms", rows=(2 + norms + 1) * h, cols=1, count=1, role="vector")]
         tensors += [tensor.model_copy(update={"mtp": True}) for tensor in block]
-    try:
-        return Architecture(
-            source=str(path),
-            model_type=model_type,
-            hidden_size=h,
-            vocab_size=vocab,
-            num_layers=layers,
-            layer_types=types,
-            num_heads=heads,
-            num_kv_heads=kv_heads,
-            head_dim=head_dim,
-            sliding_window=read.optional("sliding_window") if SLIDING in types else None,
-            kv_lora_rank=mla["kv_lora_rank"] if mla else 0,
-            qk_rope_head_dim=mla["qk_rope_head_dim"] if mla else 0,
-            qk_nope_head_dim=mla["qk_nope_head_dim"] if mla else 0,
-            v_head_dim=mla["v_head_dim"] if mla else 0,
-            ssm_state_dtype=str(read.get("mamba_ssm_dtype")) if LINEAR in types and read.get("mamba_ssm_dtype") else None,
-            num_experts=moe.experts if moe_layers else 0,
-            experts_per_token=moe.per_token if moe_layers else 0,
-            moe_layers=moe_layers,
-            tie_word_embeddings=tie,
-            mtp_layers=mtp,
-            tensors=_merge(tensors),
-            warnings=warnings,
-            **linear_shape,
-        )
-    except ValidationError as error:  # a field this reader let through in a shape it cannot hold
-        first = error.errors()[0]
-        raise read.fail(f"cannot plan from this config ({first.get('msg', 'invalid')} at "
-                        f"{'.'.join(str(part) for part in first.get('loc', ()))})") from None
+    return Architecture(
+        source=str(path),
+        model_type=model_type,
+        hidden_size=h,
+        vocab_size=vocab,
+        num_layers=layers,
+        layer_types=types,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        sliding_window=read.optional("sliding_window") if SLIDING in types else None,
+        kv_lora_rank=mla["kv_lora_rank"] if mla else 0,
+        qk_rope_head_dim=mla["qk_rope_head_dim"] if mla else 0,
+        qk_nope_head_dim=mla["qk_nope_head_dim"] if mla else 0,
+        v_head_dim=mla["v_head_dim"] if mla else 0,
+        ssm_state_dtype=str(read.get("mamba_ssm_dtype")) if LINEAR in types and read.get("mamba_ssm_dtype") else None,
+        num_experts=moe.experts if moe_layers else 0,
+        experts_per_token=moe.per_token if moe_layers else 0,
+        moe_layers=moe_layers,
+        tie_word_embeddings=tie,
+        mtp_layers=mtp,
+        tensors=_merge(tensors),
+        warnings=warnings,
+        **linear_shape,
+    )

@@ -253,6 +253,9 @@ def render_engine_plan(plan: EnginePlan, console: Console | None = None) -> None
                   f"compute {plan.step_time_compute_s * 1e3:,.1f} ms"
                   + (f", all-reduce {plan.step_time_allreduce_s * 1e3:,.1f} ms" if plan.step_time_allreduce_s else "") + ")")
     table.add_row("bound", plan.bound)
+    if plan.prefill_tokens_per_step:
+        table.add_row("prefill", f"{plan.prefill_tokens_per_step:,.1f} prompt tokens per step (chunked with decode): "
+                      f"{plan.prefill_share:.1%} of the step time")
     table.add_row("ceiling", f"[bold]{plan.ceiling_tokens_per_s_per_gpu:,.0f} tok/s per GPU[/bold] "
                   f"({plan.ceiling_tokens_per_s_per_gpu * plan.efficiency:,.0f} at efficiency {plan.efficiency:g})")
     if plan.measured_share is not None:
@@ -265,10 +268,11 @@ def render_engine_plan(plan: EnginePlan, console: Console | None = None) -> None
         table.add_row("days", f"{plan.samples:,} samples: {days}")
     console.print(table)
     knobs = Table(title="Knobs, ranked by ceiling (days at the efficiency)", title_justify="left")
-    for column in ("knob", "tok/s/GPU", "x", "days", "note"):
-        knobs.add_column(column, justify="right" if column in ("tok/s/GPU", "x", "days") else "left")
+    for column in ("knob", "tok/s/GPU", "x", "days", "prefill", "note"):
+        knobs.add_column(column, justify="right" if column in ("tok/s/GPU", "x", "days", "prefill") else "left")
     for knob in plan.knobs:
-        knobs.add_row(knob.knob, f"{knob.ceiling_tokens_per_s_per_gpu:,.0f}", f"{knob.gain:.2f}", _days_text(knob.days), knob.note)
+        knobs.add_row(knob.knob, f"{knob.ceiling_tokens_per_s_per_gpu:,.0f}", f"{knob.gain:.2f}", _days_text(knob.days),
+                      f"{knob.prefill_share:.0%}", knob.note)
     console.print(knobs)
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
