@@ -249,7 +249,8 @@ def test_an_unreadable_config_exits_2_naming_field_and_override(tmp_path, capsys
     assert "missing hidden_size" in error and "--params" in error and len(error.splitlines()) == 1
 
 
-def test_prefill_of_long_prompts_moves_the_ceiling_by_hand_arithmetic(capsys):
+def test_prefill_of_long_prompts_moves_the_ceiling_by_hand_arithmetic(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
     # 27B dense (bf16, 54 GB read per step), 64 KiB of KV per token, H200 (4.8 TB/s, 989 TFLOP/s), batch 256,
     # 1,024-token prompts and 512-token outputs (the published B200/GB300 runs' shape).
     argv = ["plan", "engine", "--params", "27B", "--kv-bytes-per-token", "65536", "--gpu", "h200", "--prompt-mean", "1024",
@@ -271,6 +272,10 @@ def test_prefill_of_long_prompts_moves_the_ceiling_by_hand_arithmetic(capsys):
     assert data["ceiling_tokens_per_s_per_gpu"] == pytest.approx(256 / step, rel=1e-12)
     assert round(256 / decode_only / (256 / step), 2) == 2.67  # decode alone would claim 2.67x this ceiling
     assert data["days_at_ceiling"] == pytest.approx(1e6 * 512 / (256 / step) / 86400, rel=1e-12)
+    assert main(argv[:-1]) == 0
+    table = capsys.readouterr().out
+    assert f"512.0 prompt tokens per step (chunked with decode): {data['prefill_share']:.1%} of the step time" in table
+    assert "prefill" in table.split("Knobs")[1]  # and a prefill column beside each knob
 
 
 def test_the_seed_case_barely_moves_with_its_200_token_prompts(qwen36):

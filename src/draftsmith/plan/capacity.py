@@ -392,7 +392,7 @@ def _ceiling(inputs: PlanInputs, output_mean: float, prompt_mean: float | None, 
     warnings += [warning for warning in engine_plan.warnings if not warning.startswith("no --prompt-mean")]
     fields = ("gpu", "gpus", "engine", "weights", "batch", "max_batch", "mean_context", "ceiling_tokens_per_s_per_gpu",
               "efficiency", "days_at_ceiling", "days_at_efficiency", "measured_tokens_per_s_per_gpu", "measured_share",
-              "bench_context")
+              "bench_context", "prefill_share")
     return {field: getattr(engine_plan, field) for field in fields}
 
 
