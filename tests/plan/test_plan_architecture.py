@@ -222,3 +222,14 @@ def test_an_unmodeled_model_type_plans_from_its_fields_with_a_warning(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "olmo2", **SMALL, "intermediate_size": 704}))
     arch = read_architecture(tmp_path)
     assert len(arch.warnings) == 1 and "model_type 'olmo2' is not one plan engine models" in arch.warnings[0]
+
+
+def test_kimi_k2_is_read_as_the_deepseek_v3_layout(tmp_path):
+    # moonshotai/Kimi-K2-Instruct config.json: 64 heads, 384 routed experts, one dense layer, no MTP layer.
+    kimi = dict(DEEPSEEK_V3, model_type="kimi_k2", num_attention_heads=64, num_key_value_heads=64, n_routed_experts=384,
+                first_k_dense_replace=1, vocab_size=163840, num_nextn_predict_layers=0, n_group=1, topk_group=1)
+    (tmp_path / "config.json").write_text(json.dumps(kimi))
+    arch = read_architecture(tmp_path)
+    assert arch.kv_elements_per_token() * 2 == 70_272 and not arch.warnings
+    assert (arch.moe_layers, arch.num_experts, arch.mtp_layers) == (60, 384, 0)
+    assert round(arch.params() / 1e12, 2) == 1.03  # "1T total parameters"

@@ -342,3 +342,15 @@ def test_lengths_beyond_any_context_are_one_line(qwen36, capsys, flags, names):
     assert main(["plan", "engine", "--model-config", str(qwen36), *SEED, *flags]) == 2
     error = capsys.readouterr().err.strip()
     assert names in error and len(error.splitlines()) == 1
+
+
+def test_mla_moe_active_parameters_match_the_published_figures(tmp_path):
+    from draftsmith.plan.architecture import read_architecture
+    from draftsmith.plan.engine import _active_params
+    from tests.plan.test_plan_architecture import write_deepseek_v3
+
+    arch = read_architecture(write_deepseek_v3(tmp_path))
+    # Per token: everything but 248 of 256 routed experts; the embedding is a gather, not counted.
+    routed_skipped = 58 * 248 * 3 * 7168 * 2048
+    assert _active_params(arch, False) == arch.params() - 129280 * 7168 - routed_skipped
+    assert round(_active_params(arch, False) / 1e9) == 37  # DeepSeek: "37B activated for each token"
