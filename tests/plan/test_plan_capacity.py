@@ -225,3 +225,20 @@ def test_measured_lengths_suggest_a_max_tokens():
                                 throughput="100 tok/s"))
     assert fits.suggested_max_tokens == 1536 and "p99" in fits.suggested_max_tokens_reason  # 1080.1 * 1.25 -> 6 x 256
     assert make_plan(PlanInputs(**STORY, throughput="1 tok/s")).suggested_max_tokens is None  # no lengths measured
+
+
+def test_columns_the_cap_makes_equal_are_shown_once():
+    plan = make_plan(PlanInputs(**STORY, throughput="1,600 tok/s", max_tokens=2500, sensitivity_factors=[0.5, 1, 1.5, 2]))
+    table = plan.sensitivity
+    assert table.length_factors == [0.5, 1] and table.output_means == [1250, 2500]
+    assert all(len(row) == 2 for row in table.days)
+    at_cap = make_plan(PlanInputs(samples=1000, output_mean=1000, throughput="100 tok/s", max_tokens=1000,
+                                  sensitivity_factors=[2, 1, 0.5]))
+    assert at_cap.sensitivity.length_factors == [0.5, 1] and at_cap.sensitivity.output_means == [500, 1000]  # 2x is the cap again: the plan's own column is kept
+
+
+def test_a_cap_hit_is_not_called_thinking_cut_off():
+    lengths = [1000] * 90 + [10_000] * 10
+    plan = make_plan(PlanInputs(samples=1000, output_lengths=lengths, max_tokens=8192, throughput="100 tok/s"))
+    warning = next(warning for warning in plan.warnings if "hit max_tokens=8192" in warning)
+    assert "thinking" not in warning and "cut off unfinished" in warning

@@ -43,12 +43,14 @@ def test_seed_worked_example_by_hand(qwen36):
     kv = 16 * 2 * 4 * 256 * 2
     state = 48 * 48 * 128 * 128 * 4 + 48 * 10240 * 3 * 2
     context = 200 + 2500 / 2
-    step_bytes = weights + 48 * context * kv + 2 * 48 * state
+    decode_bytes = weights + 48 * context * kv + 2 * 48 * state
+    # Prefill: 48/2500 sequences end per step and as many start, writing 200 prompt tokens of KV and a state.
+    step_bytes = decode_bytes + 48 * 200 / 2500 * kv + 48 / 2500 * state
     ceiling = 48 / (step_bytes / 1597e9)
 
     plan = plan_of(qwen36)
     assert round(weights / 1e9, 2) == 51.25 and kv == 65_536 and round(state / 1e6, 1) == 153.9
-    assert round(step_bytes / 1e9, 1) == 70.6 and round(ceiling) == 1086
+    assert round(decode_bytes / 1e9, 1) == round(step_bytes / 1e9, 1) == 70.6 and round(ceiling) == 1086
     assert plan.weights_bytes_per_step == weights
     assert plan.kv_bytes_per_token == kv
     assert plan.state_bytes_per_sequence == state
@@ -172,7 +174,8 @@ def test_without_a_config_the_overrides_plan_alone(capsys):
                  "--gpu", "h200", "--output-mean", "2500", "--prompt-mean", "200", "--concurrency", "64", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["weights_bytes_per_step"] == 54e9 and data["batch"] == 64
-    expected = 64 / ((54e9 + 64 * 1450 * 65536 + 2 * 64 * 153.9e6) / 4800e9)
+    prefill = 64 * 200 / 2500  # prompt tokens per step, their KV and each new sequence's state written once
+    expected = 64 / ((54e9 + 64 * 1450 * 65536 + 2 * 64 * 153.9e6 + prefill * 65536 + 64 / 2500 * 153.9e6) / 4800e9)
     assert math.isclose(data["ceiling_tokens_per_s_per_gpu"], expected, rel_tol=1e-12)
 
 
@@ -180,7 +183,9 @@ def test_custom_gpu_figures(qwen36, capsys):
     assert main(["plan", "engine", "--model-config", str(qwen36), "--gpu-bandwidth", "8 TB/s", "--gpu-memory", "288GB",
                  "--gpu-tflops", "2500", "--output-mean", "2500", "--prompt-mean", "200", "--concurrency", "48", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["step_time_bandwidth_s"] == pytest.approx((51.2492e9 + 48 * 1450 * 65536 + 2 * 48 * 153944064) / 8e12, rel=1e-5)
+    prefill_bytes = 48 * 200 / 2500 * 65536 + 48 / 2500 * 153944064
+    assert data["step_time_bandwidth_s"] == pytest.approx(
+        (51.2492e9 + 48 * 1450 * 65536 + 2 * 48 * 153944064 + prefill_bytes) / 8e12, rel=1e-5)
     assert main(["plan", "engine", "--model-config", str(qwen36), "--gpu-bandwidth", "8 TB/s", "--output-mean", "9"]) == 2
     assert "--gpu-memory" in capsys.readouterr().err
 
@@ -233,6 +238,7 @@ def test_sliding_window_layers_keep_only_their_window(tmp_path):
     assert roofline.kv_bytes_per_token == 2 * per_layer  # the 2 full-attention layers of 12
     context = 1000 + 2000 / 2
     kv = 8 * (context * 2 * per_layer + 128 * 10 * per_layer)  # 10 sliding layers keep 128 tokens
+    kv += 8 * 1000 / 2000 * 12 * per_layer  # the prompts prefilled in the step write KV in all 12 layers
     assert roofline.bytes_per_step == pytest.approx(roofline.weights_bytes_per_step + kv, rel=1e-12)
 
 
@@ -241,3 +247,110 @@ def test_an_unreadable_config_exits_2_naming_field_and_override(tmp_path, capsys
     assert main(["plan", "engine", "--model-config", str(tmp_path), "--gpu", "h100", "--output-mean", "100"]) == 2
     error = capsys.readouterr().err.strip()
     assert "missing hidden_size" in error and "--params" in error and len(error.splitlines()) == 1
+
+
+def test_prefill_of_long_prompts_moves_the_ceiling_by_hand_arithmetic(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    # 27B dense (bf16, 54 GB read per step), 64 KiB of KV per token, H200 (4.8 TB/s, 989 TFLOP/s), batch 256,
+    # 1,024-token prompts and 512-token outputs (the published B200/GB300 runs' shape).
+    argv = ["plan", "engine", "--params", "27B", "--kv-bytes-per-token", "65536", "--gpu", "h200", "--prompt-mean", "1024",
+            "--output-mean", "512", "--concurrency", "256", "--samples", "1M", "--json"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    context = 1024 + 512 / 2
+    prefill = 256 * 1024 / 512  # 256/512 sequences end per step, as many start, 1,024 prompt tokens each
+    decode_bytes = 54e9 + 256 * context * 65536
+    step_bytes = decode_bytes + prefill * 65536  # the prompts' KV is written once
+    decode_flops = 256 * 2 * 27e9
+    step_flops = decode_flops + prefill * 2 * 27e9
+    step = max(step_bytes / 4.8e12, step_flops / 989e12)
+    assert data["prefill_tokens_per_step"] == prefill == 512
+    assert data["bound"] == "compute" and data["step_time_s"] == pytest.approx(step_flops / 989e12, rel=1e-12)
+    decode_only = max(decode_bytes / 4.8e12, decode_flops / 989e12)  # 15.7 ms, bandwidth-bound without the prompts
+    assert data["prefill_share"] == pytest.approx((step - decode_only) / step, rel=1e-12)
+    assert round(data["prefill_share"], 2) == 0.63
+    assert data["ceiling_tokens_per_s_per_gpu"] == pytest.approx(256 / step, rel=1e-12)
+    assert round(256 / decode_only / (256 / step), 2) == 2.67  # decode alone would claim 2.67x this ceiling
+    assert data["days_at_ceiling"] == pytest.approx(1e6 * 512 / (256 / step) / 86400, rel=1e-12)
+    assert main(argv[:-1]) == 0
+    table = capsys.readouterr().out
+    assert f"512.0 prompt tokens per step (chunked with decode): {data['prefill_share']:.1%} of the step time" in table
+    assert "prefill" in table.split("Knobs")[1]  # and a prefill column beside each knob
+
+
+def test_the_seed_case_barely_moves_with_its_200_token_prompts(qwen36):
+    plan = plan_of(qwen36)
+    assert plan.prefill_tokens_per_step == pytest.approx(48 * 200 / 2500)
+    assert 0 < plan.prefill_share < 0.001
+    assert round(plan.ceiling_tokens_per_s_per_gpu) == 1086
+
+
+def test_step_time_is_the_function_other_plans_build_on(qwen36):
+    from draftsmith.plan.architecture import read_architecture
+    from draftsmith.plan.engine import step_time
+    from draftsmith.plan.gpus import find_gpu
+
+    arch, gpu = read_architecture(qwen36), find_gpu("h100")
+    one = step_time(arch, gpu, batch=1, tokens_per_seq=1, context=1000)
+    assert one.bound == "bandwidth" and one.seconds == one.bandwidth_s
+    verify = step_time(arch, gpu, batch=1, tokens_per_seq=8, context=1000)
+    assert verify.seconds == pytest.approx(one.seconds, rel=1e-3)  # 8 tokens cost what 1 does at batch 1
+    big = step_time(arch, gpu, batch=512, tokens_per_seq=8, context=1000)
+    assert big.bound == "compute" and big.compute_s == pytest.approx(big.flops / 989e12)
+
+
+def test_deepseek_v3_plans_with_its_latent_cache(tmp_path, capsys):
+    from tests.plan.test_plan_architecture import write_deepseek_v3
+
+    model = write_deepseek_v3(tmp_path)
+    assert main(["plan", "engine", "--model-config", str(model), "--gpu", "h200", "--gpus", "8", "--tp", "8", "--weights",
+                 "fp8", "--prompt-mean", "1024", "--output-mean", "1024", "--concurrency", "64", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["kv_bytes_per_token"] == 70_272 and data["state_bytes_per_sequence"] == 0
+    assert not data["warnings"]
+    assert main(["plan", "engine", "--model-config", str(model), "--gpu", "h200", "--gpus", "8", "--tp", "8", "--weights",
+                 "fp8", "--prompt-mean", "1024", "--output-mean", "1024", "--concurrency", "64",
+                 "--speculative", "mtp", "--draft-tokens", "1", "--acceptance", "1.8", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ceiling_tokens_per_s_per_gpu"] > data["ceiling_tokens_per_s_per_gpu"]
+
+
+@pytest.mark.parametrize("change, names", [
+    ({"decoder_sparse_step": "2"}, "config.json: decoder_sparse_step must be a positive integer, got '2'"),
+    ({"decoder_sparse_step": {"every": 2}}, "config.json: decoder_sparse_step"),
+    ({"mlp_only_layers": 3}, "config.json: mlp_only_layers must be a list of layer indices, got 3"),
+    ({"mlp_only_layers": ["a"]}, "config.json: mlp_only_layers must be a list of layer indices"),
+    ({"num_hidden_layers": 10**9}, "config.json: num_hidden_layers 1,000,000,000 is beyond any real model's"),
+    ({"sliding_window": -1, "model_type": "mistral"}, "config.json: sliding_window must be a whole number >= 0, got -1"),
+    ({"head_dim": 0}, "config.json: head_dim must be a positive integer, got 0"),
+])
+def test_a_config_it_cannot_model_is_one_line_naming_the_config_field(qwen36, capsys, change, names):
+    config = json.loads((qwen36 / "config.json").read_text())
+    config["text_config"].update(change)
+    (qwen36 / "config.json").write_text(json.dumps(config))
+    assert main(["plan", "engine", "--model-config", str(qwen36), *SEED]) == 2
+    error = capsys.readouterr().err.strip()
+    assert names in error and len(error.splitlines()) == 1 and "Traceback" not in error
+    assert " --rows" not in error and " --sliding-window" not in error
+
+
+@pytest.mark.parametrize("flags, names", [
+    (["--output-mean", "1e160"], "--output-mean '1e160' is longer than any model's context"),
+    (["--prompt-mean", "1e160"], "--prompt-mean '1e160' is longer than any model's context"),
+    (["--max-tokens", "1e30"], "--max-tokens"),
+])
+def test_lengths_beyond_any_context_are_one_line(qwen36, capsys, flags, names):
+    assert main(["plan", "engine", "--model-config", str(qwen36), *SEED, *flags]) == 2
+    error = capsys.readouterr().err.strip()
+    assert names in error and len(error.splitlines()) == 1
+
+
+def test_mla_moe_active_parameters_match_the_published_figures(tmp_path):
+    from draftsmith.plan.architecture import read_architecture
+    from draftsmith.plan.engine import _active_params
+    from tests.plan.test_plan_architecture import write_deepseek_v3
+
+    arch = read_architecture(write_deepseek_v3(tmp_path))
+    # Per token: everything but 248 of 256 routed experts; the embedding is a gather, not counted.
+    routed_skipped = 58 * 248 * 3 * 7168 * 2048
+    assert _active_params(arch, False) == arch.params() - 129280 * 7168 - routed_skipped
+    assert round(_active_params(arch, False) / 1e9) == 37  # DeepSeek: "37B activated for each token"

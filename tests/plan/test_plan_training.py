@@ -224,3 +224,23 @@ def test_a_cpu_train_benchmark_planning_a_gpu_run_is_warned_about(target_config,
     assert [w for w in cpu.warnings if "ran on cpu (2 threads), but this plans a run on H200 GPUs" in w], cpu.warnings
     assert plan_from("cuda:0 NVIDIA H200").warnings == []
     assert [w for w in plan_from("cuda:0 NVIDIA A100-SXM4-80GB").warnings if "this plan is for H200" in w]
+
+
+def test_a_gemma3_target_counts_its_four_norms_per_layer(tmp_path):
+    import torch
+    import transformers
+
+    # google/gemma-3-270m's text shape: the count the issue measured, 268,098,176 (268,075,136 with two norms).
+    config = transformers.Gemma3TextConfig(hidden_size=640, intermediate_size=2048, num_hidden_layers=18,
+                                           num_attention_heads=4, num_key_value_heads=1, head_dim=256, vocab_size=262144,
+                                           tie_word_embeddings=True)
+    config.save_pretrained(tmp_path)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    expected = sum(parameter.numel() for parameter in model.parameters())
+    assert expected == 268_098_176
+    shape = read_target_shape(tmp_path)
+    assert shape.params() == expected
+    assert shape.target_layer_params() - shape.layer_params() == 2 * 640  # the drafter's layer keeps two norms
+    plan = make_train_plan({"model_config_path": str(tmp_path), "samples": 1000, "mean_length": 512, "gpu": "h100"})
+    assert plan.target_params == expected

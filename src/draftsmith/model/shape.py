@@ -4,6 +4,8 @@ The parameter count is Qwen3's: per layer q/k/v/o projections (GQA, explicit `he
 RMSNorms over the head dimension, a SwiGLU MLP (gate, up, down) and two RMSNorms; plus the input
 embedding, the LM head (unless tied) and the final norm. Biases are counted when `attention_bias`
 is set. Llama/Mistral-style configs fit the same formula without the q/k norms being material.
+Gemma 2/3 layers carry four norms (pre/post attention and pre/post MLP): the target's count has
+them, a drafter layer (Qwen3-shaped) has two.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from draftsmith.core.io import read_json_file
 
 
 LANGUAGE_SECTIONS = ("text_config", "llm_config", "language_config")
+# transformers Gemma2DecoderLayer/Gemma3DecoderLayer: input, post-attention, pre- and post-feedforward norms.
+FOUR_NORM_TYPES = ("gemma2", "gemma3", "gemma3_text")
 
 
 def read_model_config(config_json_path: str | Path) -> tuple[Path, dict]:
@@ -49,6 +53,7 @@ class TargetShape(BaseModel):
     head_dim: int
     tie_word_embeddings: bool = False
     attention_bias: bool = False
+    norms_per_layer: int = 2  # RMSNorms of hidden_size in one target layer (Gemma 2/3: 4)
     source: str | None = None
 
     @property
@@ -74,8 +79,13 @@ class TargetShape(BaseModel):
     def lm_head_params(self) -> int:
         return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
 
+    def target_layer_params(self) -> int:
+        """One decoder layer of the target itself: `layer_params` plus the norms a drafter layer has not."""
+        return self.layer_params() + (self.norms_per_layer - 2) * self.hidden_size
+
     def params(self) -> int:
-        return self.num_layers * self.layer_params() + self.embedding_params() + self.lm_head_params() + self.hidden_size
+        return (self.num_layers * self.target_layer_params() + self.embedding_params() + self.lm_head_params()
+                + self.hidden_size)
 
 
 def _int_field(section: dict, names: tuple[str, ...], path: Path, required: bool = True) -> int | None:
@@ -100,6 +110,7 @@ def read_target_shape(config_json_path: str | Path) -> TargetShape:
     kv_heads = _int_field(section, ("num_key_value_heads",), path, required=False) or heads
     head_dim = _int_field(section, ("head_dim",), path, required=False) or hidden // heads
     tie = section.get("tie_word_embeddings", config.get("tie_word_embeddings", False))
+    model_type = section.get("model_type") or config.get("model_type")
     return TargetShape(
         hidden_size=hidden,
         num_layers=_int_field(section, ("num_hidden_layers",), path),
@@ -110,5 +121,6 @@ def read_target_shape(config_json_path: str | Path) -> TargetShape:
         head_dim=head_dim,
         tie_word_embeddings=bool(tie),
         attention_bias=bool(section.get("attention_bias", False)),
+        norms_per_layer=4 if model_type in FOUR_NORM_TYPES else 2,
         source=str(path),
     )

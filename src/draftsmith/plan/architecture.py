@@ -12,7 +12,18 @@ tower of a multimodal config is not counted) by role, and the per-token and per-
   (`mlp_only_layers`, `decoder_sparse_step`).
 - hybrid linear attention: Qwen3.5/3.6 (`qwen3_5`, its `text_config`) and Qwen3-Next: `layer_types`
   (or `full_attention_interval`) mark Gated DeltaNet layers, whose state is fixed per sequence.
+- multi-head latent attention (MLA: DeepSeek-V2/V3/R1, Kimi K2; `kv_lora_rank`, `qk_rope_head_dim`):
+  the cache holds the compressed latent plus the shared rope key per layer, kv_lora_rank +
+  qk_rope_head_dim elements per token, whatever the head count; the MoE part has
+  `first_k_dense_replace` dense layers, `n_shared_experts` shared experts of `moe_intermediate_size`
+  and `n_routed_experts` routed ones (transformers DeepseekV3Attention/DeepseekV3MoE).
 - tied or untied LM head; MTP layers (`mtp_num_hidden_layers`, `num_nextn_predict_layers`).
+
+Every count is bounded by what real models have (`LIMITS`), so a config with 10^9 layers is refused
+in a line rather than grown into memory, and inconsistent fields (top-k above the expert count,
+heads above the hidden size without `head_dim`, a negative window) are refused naming the file and
+the field. A `model_type` outside the families above is planned from its fields with a warning
+(`Architecture.warnings`); a recurrent family whose layers are not attention (Mamba, RWKV...) is refused.
 
 The layer shapes follow transformers 5.25's modeling code (Qwen3_5GatedDeltaNet: in_proj_qkv
 H->2*Kd+Vd, in_proj_z H->Vd, in_proj_a/b H->Hv, depthwise conv over 2*Kd+Vd channels, out_proj
@@ -22,8 +33,9 @@ fc 2H->H, two input norms, one full-attention decoder layer, a final norm; it sh
 embedding and the LM head. The counts are checked against meta-device transformers models in
 tests/plan/test_plan_architecture.py.
 
-A config this cannot read raises `InputError` naming the missing field and the `plan engine`
-override that replaces what it was needed for (`--params`, `--kv-bytes-per-token`, `--state-bytes`).
+A config this cannot read raises `InputError` naming the config file, the field, and for a missing
+field the `plan engine` override that replaces what it was needed for (`--params`,
+`--kv-bytes-per-token`, `--state-bytes`).
 """
 
 from __future__ import annotations
@@ -31,7 +43,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from draftsmith.core.errors import InputError
 from draftsmith.model.shape import language_sections, read_model_config
@@ -44,6 +56,28 @@ _QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_text",
                   "gemma3", "gemma3_text"}
 _QKV_BIAS_TYPES = {"qwen2", "qwen2_moe"}
 _FOUR_NORM_TYPES = {"gemma2", "gemma3", "gemma3_text"}
+_MLA_TYPES = {"deepseek_v2", "deepseek_v3", "kimi_k2"}
+MODELED_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next",
+                 *_OUTPUT_GATE_TYPES, *_FOUR_NORM_TYPES, *_MLA_TYPES}
+# Families whose layers are recurrent or state-space blocks this file has no shapes for: planning them
+# as attention decoders would be wrong by orders of magnitude, so they are refused.
+_REFUSED_TYPES = {"mamba", "mamba2", "falcon_mamba", "falcon_h1", "jamba", "bamba", "zamba", "zamba2", "nemotron_h",
+                  "granitemoehybrid", "rwkv", "rwkv5", "rwkv6", "rwkv7", "recurrent_gemma", "xlstm", "lfm2", "minimax"}
+# Upper bounds no released model comes near (the largest today: ~126 layers, hidden 25,600, 256k-262k
+# vocabularies, 128 heads, head_dim 512, 512 experts, intermediate 53,248): a config beyond one is a
+# mistake, and planning it would build per-layer tables without bound.
+LIMITS = {
+    "num_hidden_layers": 4096, "hidden_size": 1 << 18, "vocab_size": 1 << 24, "num_attention_heads": 4096,
+    "num_key_value_heads": 4096, "head_dim": 8192, "intermediate_size": 1 << 21, "moe_intermediate_size": 1 << 21,
+    "shared_expert_intermediate_size": 1 << 21, "num_experts": 1 << 16, "num_local_experts": 1 << 16,
+    "n_routed_experts": 1 << 16, "n_shared_experts": 1 << 10, "num_experts_per_tok": 1 << 16,
+    "mtp_num_hidden_layers": 64, "num_nextn_predict_layers": 64, "sliding_window": 1 << 30,
+    "sliding_window_pattern": 4096, "full_attention_interval": 4096, "max_window_layers": 4096,
+    "decoder_sparse_step": 4096, "first_k_dense_replace": 4096, "moe_layer_freq": 4096,
+    "kv_lora_rank": 1 << 16, "q_lora_rank": 1 << 16, "qk_rope_head_dim": 8192, "qk_nope_head_dim": 8192,
+    "v_head_dim": 8192, "linear_num_value_heads": 4096, "linear_num_key_heads": 4096, "linear_key_head_dim": 8192,
+    "linear_value_head_dim": 8192, "linear_conv_kernel_dim": 1024,
+}
 
 
 class Tensor(BaseModel):
@@ -72,6 +106,10 @@ class Architecture(BaseModel):
     num_kv_heads: int
     head_dim: int
     sliding_window: int | None = None
+    kv_lora_rank: int = 0  # MLA: the compressed KV latent per token and layer (0: not MLA)
+    qk_rope_head_dim: int = 0  # MLA: the rope key shared by every head, cached beside the latent
+    qk_nope_head_dim: int = 0  # MLA: per head, the key part decompressed from the latent
+    v_head_dim: int = 0  # MLA: per head, the value decompressed from the latent
     linear_value_heads: int = 0
     linear_key_heads: int = 0
     linear_key_head_dim: int = 0
@@ -84,6 +122,17 @@ class Architecture(BaseModel):
     tie_word_embeddings: bool = False
     mtp_layers: int = 0
     tensors: list[Tensor]
+    warnings: list[str] = []
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    def kv_elements_per_layer(self) -> int:
+        """Cached elements per token in one attention layer: K and V of every KV head, or MLA's latent and rope key."""
+        if self.mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.num_kv_heads * self.head_dim
 
     def layers_of(self, kind: str) -> int:
         return sum(1 for layer in self.layer_types if layer == kind)
@@ -104,10 +153,10 @@ class Architecture(BaseModel):
 
     def kv_elements_per_token(self, sliding: bool = False) -> int:
         """K and V elements one token keeps in the full-attention (or sliding-window) layers."""
-        return self.layers_of(SLIDING if sliding else FULL) * 2 * self.num_kv_heads * self.head_dim
+        return self.layers_of(SLIDING if sliding else FULL) * self.kv_elements_per_layer()
 
     def mtp_kv_elements_per_token(self) -> int:
-        return self.mtp_layers * 2 * self.num_kv_heads * self.head_dim
+        return self.mtp_layers * self.kv_elements_per_layer()
 
     def ssm_state_elements(self) -> int:
         """Gated DeltaNet recurrent state per sequence: value heads x key dim x value dim per layer."""
@@ -118,18 +167,25 @@ class Architecture(BaseModel):
         channels = 2 * self.linear_key_heads * self.linear_key_head_dim + self.linear_value_heads * self.linear_value_head_dim
         return self.layers_of(LINEAR) * channels * max(self.linear_conv_kernel - 1, 0)
 
-    def attention_flops_per_token(self, context: float) -> float:
+    def attention_flops_per_token(self, context: float, prefill: bool = False) -> float:
         """Score and value FLOPs of one new token against `context` cached tokens (2 GEMVs of 2 FLOPs),
         sliding layers up to their window; Gated DeltaNet's state update and read-out (~4 FLOPs per
-        state element)."""
+        state element). MLA decodes in the latent (weights absorbed, as engines decode it): scores over
+        latent + rope key, values over the latent, per head; its prefill decompresses K and V and attends
+        per head over qk_nope + qk_rope key and v_head_dim value dimensions."""
         width = self.num_heads * self.head_dim
+        if self.mla and prefill:
+            width = self.num_heads * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim) / 2
+        elif self.mla:
+            width = self.num_heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim) / 2
         window = min(context, self.sliding_window) if self.sliding_window else context
         return (4 * width * (self.layers_of(FULL) * context + self.layers_of(SLIDING) * window)
                 + 4 * self.ssm_state_elements())
 
 
 class _Reader:
-    """Field access on the language section, with errors naming the override to use instead."""
+    """Field access on the language section. Errors name the config file and the field (and, for a
+    missing field, the override to use instead); every count is held to `LIMITS`."""
 
     def __init__(self, path: Path, config: dict, section: dict):
         self.path, self.config, self.section = path, config, section
@@ -138,18 +194,47 @@ class _Reader:
         value = self.section.get(name)
         return self.config.get(name, default) if value is None else value
 
+    def fail(self, message: str) -> InputError:
+        return InputError(f"{self.path}: {message}")
+
+    def check(self, name: str, value: Any, allow_zero: bool = False) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (value == 0 and not allow_zero):
+            kind = "a whole number >= 0" if allow_zero else "a positive integer"
+            raise self.fail(f"{name} must be {kind}, got {_shown(value)}")
+        limit = LIMITS.get(name)
+        if limit is not None and value > limit:
+            raise self.fail(f"{name} {value:,} is beyond any real model's (at most {limit:,}); fix the config")
+        return value
+
     def integer(self, names: tuple[str, ...], override: str, default: int | None = None, allow_zero: bool = False) -> int:
         for name in names:
             value = self.get(name)
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (value == 0 and not allow_zero):
-                raise InputError(f"{self.path}: {name} must be a positive integer, got {value!r}")
-            return value
+            return self.check(name, value, allow_zero)
         if default is not None:
             return default
-        raise InputError(f"{self.path}: missing {names[0]} (also looked in text_config); "
-                         f"pass {override} to plan without it")
+        raise self.fail(f"missing {names[0]} (also looked in text_config); pass {override} to plan without it")
+
+    def optional(self, name: str, allow_zero: bool = False) -> int | None:
+        value = self.get(name)
+        return None if value is None else self.check(name, value, allow_zero)
+
+    def layer_list(self, name: str, layers: int) -> list[int]:
+        value = self.get(name)
+        if value is None:
+            return []
+        if not isinstance(value, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in value):
+            raise self.fail(f"{name} must be a list of layer indices, got {_shown(value)}")
+        outside = [i for i in value if not 0 <= i < layers]
+        if outside:
+            raise self.fail(f"{name} names layer {outside[0]}, outside the {layers} layers (0..{layers - 1})")
+        return value
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _language_section(config: dict) -> dict:
@@ -158,14 +243,14 @@ def _language_section(config: dict) -> dict:
 
 def _layer_types(read: _Reader, model_type: str, layers: int) -> list[str]:
     given = read.get("layer_types")
-    if isinstance(given, list):
-        if len(given) != layers or any(kind not in (FULL, SLIDING, LINEAR) for kind in given):
-            raise InputError(f"{read.path}: layer_types must list {layers} of {FULL}, {SLIDING}, {LINEAR}")
+    if given is not None:
+        if not isinstance(given, list) or len(given) != layers or any(kind not in (FULL, SLIDING, LINEAR) for kind in given):
+            raise read.fail(f"layer_types must list {layers} (num_hidden_layers) of {FULL}, {SLIDING}, {LINEAR}")
         return list(given)
     if model_type in _OUTPUT_GATE_TYPES:  # hybrid Qwen: every `full_attention_interval`-th layer attends
         interval = read.integer(("full_attention_interval",), "--state-bytes", default=4)
         return [FULL if (index + 1) % interval == 0 else LINEAR for index in range(layers)]
-    window = read.get("sliding_window")
+    window = read.optional("sliding_window", allow_zero=True)  # 0 or null: no window
     if model_type == "gemma2":  # transformers Gemma2Config: even layers slide
         return [SLIDING if (index + 1) % 2 else FULL for index in range(layers)]
     if model_type in ("gemma3", "gemma3_text"):  # Gemma3TextConfig: 5 sliding, then 1 full
@@ -173,13 +258,15 @@ def _layer_types(read: _Reader, model_type: str, layers: int) -> list[str]:
         return [SLIDING if (index + 1) % pattern else FULL for index in range(layers)]
     if model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
         if read.get("use_sliding_window") and window:
-            first = read.integer(("max_window_layers",), "--kv-bytes-per-token", default=layers)
+            first = read.integer(("max_window_layers",), "--kv-bytes-per-token", default=layers, allow_zero=True)
             return [SLIDING if index >= first else FULL for index in range(layers)]
         return [FULL] * layers
     return [SLIDING if window else FULL] * layers  # Mistral/Mixtral: one window on every layer
 
 
 def _attention(read: _Reader, model_type: str, h: int, heads: int, kv_heads: int, head_dim: int, count: int) -> list[Tensor]:
+    if read.get("kv_lora_rank"):
+        return _latent_attention(read, h, heads)
     gate = read.get("attn_output_gate", model_type in _OUTPUT_GATE_TYPES)
     q, kv = heads * head_dim, kv_heads * head_dim
     tensors = [
@@ -195,6 +282,41 @@ def _attention(read: _Reader, model_type: str, h: int, heads: int, kv_heads: int
                               role="vector"))
     if model_type in _QK_NORM_TYPES:
         tensors.append(Tensor(name="qk_norm", rows=2 * head_dim, cols=1, count=count, role="vector"))
+    return tensors
+
+
+def _mla_shape(read: _Reader) -> dict[str, int]:
+    """MLA's dimensions (DeepseekV3Config's defaults where the config leaves one out)."""
+    return {
+        "kv_lora_rank": read.integer(("kv_lora_rank",), "--kv-bytes-per-token"),
+        "q_lora_rank": read.optional("q_lora_rank") or 0,  # null: q_proj straight from the hidden state
+        "qk_rope_head_dim": read.integer(("qk_rope_head_dim",), "--kv-bytes-per-token", default=64),
+        "qk_nope_head_dim": read.integer(("qk_nope_head_dim",), "--params", default=128),
+        "v_head_dim": read.integer(("v_head_dim",), "--params", default=128),
+    }
+
+
+def _latent_attention(read: _Reader, h: int, heads: int) -> list[Tensor]:
+    """DeepseekV3Attention: q through a low-rank bottleneck (or q_proj), kv_a_proj_with_mqa to the latent and
+    the rope key, kv_b_proj from the latent to every head's nope key and value, o_proj."""
+    shape = _mla_shape(read)
+    latent, rope, q_rank = shape["kv_lora_rank"], shape["qk_rope_head_dim"], shape["q_lora_rank"]
+    qk_head = shape["qk_nope_head_dim"] + rope
+    tensors = []
+    if q_rank:
+        tensors += [Tensor(name="q_a_proj", rows=q_rank, cols=h, count=1, role="gemm"),
+                    Tensor(name="q_b_proj", rows=heads * qk_head, cols=q_rank, count=1, role="gemm")]
+    else:
+        tensors.append(Tensor(name="q_proj", rows=heads * qk_head, cols=h, count=1, role="gemm"))
+    tensors += [
+        Tensor(name="kv_a_proj_with_mqa", rows=latent + rope, cols=h, count=1, role="gemm"),
+        Tensor(name="kv_b_proj", rows=heads * (shape["qk_nope_head_dim"] + shape["v_head_dim"]), cols=latent, count=1,
+               role="gemm"),
+        Tensor(name="o_proj", rows=h, cols=heads * shape["v_head_dim"], count=1, role="gemm"),
+        Tensor(name="latent_norms", rows=latent + q_rank, cols=1, count=1, role="vector"),
+    ]
+    if read.get("attention_bias"):
+        tensors.append(Tensor(name="attention_bias", rows=q_rank + latent + rope + h, cols=1, count=1, role="vector"))
     return tensors
 
 
@@ -222,27 +344,63 @@ def _gated_deltanet(read: _Reader, h: int, count: int) -> tuple[list[Tensor], di
     return tensors, shape
 
 
-def _mlp(read: _Reader, model_type: str, h: int, index: int, layers: int) -> tuple[str, list[Tensor]]:
+_EXPERT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+class _MoeLayout:
+    """Which layers route to experts, and the widths, read (and checked) once per config."""
+
+    def __init__(self, read: _Reader, layers: int):
+        self.experts = read.integer(_EXPERT_FIELDS, "--params", default=0, allow_zero=True)
+        self.dense_layers = set(read.layer_list("mlp_only_layers", layers))
+        self.step = read.optional("decoder_sparse_step") or 1
+        self.first_dense = read.optional("first_k_dense_replace", allow_zero=True) or 0
+        if self.first_dense > layers:
+            raise read.fail(f"first_k_dense_replace {self.first_dense} is above num_hidden_layers {layers}")
+        self.per_token = 0
+        self.routed = self.shared = 0
+        self.shared_gate = False
+        if not self.experts:
+            return
+        self.per_token = read.integer(("num_experts_per_tok",), "--params")
+        if self.per_token > self.experts:
+            name = next(name for name in _EXPERT_FIELDS if read.get(name) is not None)
+            raise read.fail(f"num_experts_per_tok {self.per_token} is above {name} {self.experts}: "
+                            f"a token cannot pick more experts than there are")
+        self.routed = read.optional("moe_intermediate_size") or read.optional("intermediate_size") or 0
+        if not self.routed:
+            raise read.fail("missing moe_intermediate_size (also looked in text_config); pass --params to plan without it")
+        # DeepSeek: n_shared_experts always-on experts of the routed width, no gate; Qwen: one shared expert
+        # of its own width behind a sigmoid gate.
+        shared_experts = read.optional("n_shared_experts", allow_zero=True)
+        if shared_experts is not None:
+            self.shared = shared_experts * self.routed
+        else:
+            self.shared = read.optional("shared_expert_intermediate_size", allow_zero=True) or 0
+            self.shared_gate = bool(self.shared)
+
+    def routes(self, index: int) -> bool:
+        return bool(self.experts) and index >= self.first_dense and index not in self.dense_layers \
+            and (index + 1) % self.step == 0
+
+
+def _mlp(read: _Reader, moe: _MoeLayout, h: int, index: int) -> tuple[str, list[Tensor]]:
     """("dense" or "moe", the tensors of ONE layer's MLP at `index`)."""
-    experts = read.integer(("num_experts", "num_local_experts", "n_routed_experts"), "--params", default=0, allow_zero=True)
-    dense_layers = read.get("mlp_only_layers") or []
-    step = read.get("decoder_sparse_step") or 1
-    if experts and index not in dense_layers and (index + 1) % step == 0:
-        routed = read.integer(("moe_intermediate_size",), "--params", default=read.get("intermediate_size") or 0)
-        if not routed:
-            raise InputError(f"{read.path}: missing moe_intermediate_size (also looked in text_config); "
-                             f"pass --params to plan without it")
+    if moe.routes(index):
         tensors = [
-            Tensor(name="router", rows=experts, cols=h, count=1, role="router"),
-            Tensor(name="experts", rows=3 * routed, cols=h, count=experts, role="expert"),
+            Tensor(name="router", rows=moe.experts, cols=h, count=1, role="router"),
+            Tensor(name="experts", rows=3 * moe.routed, cols=h, count=moe.experts, role="expert"),
         ]
-        shared = read.get("shared_expert_intermediate_size") or 0
-        if shared:
-            tensors += [Tensor(name="shared_expert", rows=3 * shared, cols=h, count=1, role="gemm"),
-                        Tensor(name="shared_expert_gate", rows=1, cols=h, count=1, role="router")]
+        if moe.shared:
+            tensors.append(Tensor(name="shared_expert", rows=3 * moe.shared, cols=h, count=1, role="gemm"))
+        if moe.shared_gate:
+            tensors.append(Tensor(name="shared_expert_gate", rows=1, cols=h, count=1, role="router"))
         return "moe", tensors
     inner = read.integer(("intermediate_size",), "--params")
-    return "dense", [Tensor(name="mlp", rows=3 * inner, cols=h, count=1, role="gemm")]
+    tensors = [Tensor(name="mlp", rows=3 * inner, cols=h, count=1, role="gemm")]
+    if read.get("mlp_bias"):
+        tensors.append(Tensor(name="mlp_bias", rows=2 * inner + h, cols=1, count=1, role="vector"))
+    return "dense", tensors
 
 
 def _merge(tensors: list[Tensor]) -> list[Tensor]:
@@ -257,19 +415,57 @@ def _merge(tensors: list[Tensor]) -> list[Tensor]:
     return list(merged.values())
 
 
+def _model_type(read: _Reader, section: dict, config: dict) -> tuple[str, list[str]]:
+    model_type = str(section.get("model_type") or config.get("model_type") or "")
+    if model_type in _REFUSED_TYPES:
+        raise read.fail(f"model_type {model_type!r} is a recurrent/state-space family plan engine does not model "
+                        f"(it plans {', '.join(sorted(MODELED_TYPES))}); pass --params, --kv-bytes-per-token and "
+                        f"--state-bytes instead of --model-config")
+    if model_type in MODELED_TYPES or (read.get("kv_lora_rank") and "deepseek" in model_type):
+        return model_type, []
+    return model_type, [f"{read.path}: model_type {model_type or '(none)'!r} is not one plan engine models "
+                        f"({', '.join(sorted(MODELED_TYPES))}); planned as a decoder of attention and MLP layers from "
+                        f"its fields: check the parameter count against the checkpoint"]
+
+
+def _heads(read: _Reader, h: int) -> tuple[int, int, int]:
+    heads = read.integer(("num_attention_heads",), "--params")
+    kv_heads = read.integer(("num_key_value_heads",), "--kv-bytes-per-token", default=heads)
+    if kv_heads > heads or heads % kv_heads:
+        raise read.fail(f"num_key_value_heads {kv_heads} must divide num_attention_heads {heads}")
+    head_dim = read.optional("head_dim")
+    if head_dim is None and not read.get("kv_lora_rank"):
+        if heads > h:
+            raise read.fail(f"num_attention_heads {heads} is above hidden_size {h} and no head_dim is given")
+        if h % heads:
+            raise read.fail(f"hidden_size {h} is not a multiple of num_attention_heads {heads} and no head_dim is given")
+    return heads, kv_heads, head_dim or max(h // heads, 1)
+
+
 def read_architecture(config_json_path: str | Path) -> Architecture:
     """The language model's weights and caches from `config.json` or a model directory."""
     path, config = read_model_config(config_json_path)
-    section = _language_section(config)
-    read = _Reader(path, config, section)
-    model_type = str(section.get("model_type") or config.get("model_type") or "")
+    read = _Reader(path, config, _language_section(config))
+    try:
+        return _read_architecture(read)
+    except ValidationError as error:  # a field the reader let through in a shape a Tensor cannot hold
+        first = error.errors()[0]
+        raise read.fail(f"cannot plan from this config ({first.get('msg', 'invalid')} in its "
+                        f"{'.'.join(str(part) for part in first.get('loc', ()))})") from None
+
+
+def _read_architecture(read: _Reader) -> Architecture:
+    path, config, section = read.path, read.config, read.section
+    model_type, warnings = _model_type(read, section, config)
     h = read.integer(("hidden_size",), "--params")
     layers = read.integer(("num_hidden_layers",), "--params")
     vocab = read.integer(("vocab_size",), "--params")
-    heads = read.integer(("num_attention_heads",), "--params")
-    kv_heads = read.integer(("num_key_value_heads",), "--kv-bytes-per-token", default=heads)
-    head_dim = read.integer(("head_dim",), "--kv-bytes-per-token", default=h // heads)
+    heads, kv_heads, head_dim = _heads(read, h)
+    mla = _mla_shape(read) if read.get("kv_lora_rank") else None
     types = _layer_types(read, model_type, layers)
+    if mla and SLIDING in types:
+        raise read.fail("kv_lora_rank (MLA) with sliding-window layers: plan engine models MLA on full attention only")
+    moe = _MoeLayout(read, layers)
     norms = 4 if model_type in _FOUR_NORM_TYPES else 2
     tensors: list[Tensor] = [Tensor(name="embed_tokens", rows=vocab, cols=h, count=1, role="embedding")]
     linear_shape: dict[str, int] = {}
@@ -279,22 +475,22 @@ def read_architecture(config_json_path: str | Path) -> Architecture:
             mixer, linear_shape = _gated_deltanet(read, h, 1)
         else:
             mixer = _attention(read, model_type, h, heads, kv_heads, head_dim, 1)
-        mlp_kind, mlp = _mlp(read, model_type, h, index, layers)
+        mlp_kind, mlp = _mlp(read, moe, h, index)
         moe_layers += mlp_kind == "moe"
-        tensors += mixer + mlp + [Tensor(name="layer_norms", rows=norms * h, cols=1, count=1, role="vector")]
+        tensors = _merge(tensors + mixer + mlp + [Tensor(name="layer_norms", rows=norms * h, cols=1, count=1, role="vector")])
     tensors.append(Tensor(name="final_norm", rows=h, cols=1, count=1, role="vector"))
     tie = bool(section.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
     if not tie:
         tensors.append(Tensor(name="lm_head", rows=vocab, cols=h, count=1, role="lm_head"))
     mtp = read.integer(("mtp_num_hidden_layers", "num_nextn_predict_layers"), "--params", default=0, allow_zero=True)
     for _ in range(mtp):
-        # fc over [embedding; hidden], two input norms, one full-attention decoder layer, a final norm.
-        _, mlp = _mlp(read, model_type, h, layers - 1, layers)
+        # fc over [embedding; hidden], two input norms, one full-attention decoder layer (its MLP as the
+        # last layer's: MoE where that routes), a final norm; the embedding and LM head are shared.
+        _, mlp = _mlp(read, moe, h, layers - 1)
         block = [Tensor(name="mtp_fc", rows=h, cols=2 * h, count=1, role="gemm"),
                  *_attention(read, model_type, h, heads, kv_heads, head_dim, 1), *mlp,
                  Tensor(name="mtp_norms", rows=(2 + norms + 1) * h, cols=1, count=1, role="vector")]
         tensors += [tensor.model_copy(update={"mtp": True}) for tensor in block]
-    experts = read.integer(("num_experts", "num_local_experts", "n_routed_experts"), "--params", default=0, allow_zero=True)
     return Architecture(
         source=str(path),
         model_type=model_type,
@@ -305,13 +501,18 @@ def read_architecture(config_json_path: str | Path) -> Architecture:
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
-        sliding_window=read.get("sliding_window") if SLIDING in types else None,
-        ssm_state_dtype=read.get("mamba_ssm_dtype") if LINEAR in types else None,
-        num_experts=experts if moe_layers else 0,
-        experts_per_token=read.integer(("num_experts_per_tok",), "--params") if moe_layers else 0,
+        sliding_window=read.optional("sliding_window") if SLIDING in types else None,
+        kv_lora_rank=mla["kv_lora_rank"] if mla else 0,
+        qk_rope_head_dim=mla["qk_rope_head_dim"] if mla else 0,
+        qk_nope_head_dim=mla["qk_nope_head_dim"] if mla else 0,
+        v_head_dim=mla["v_head_dim"] if mla else 0,
+        ssm_state_dtype=str(read.get("mamba_ssm_dtype")) if LINEAR in types and read.get("mamba_ssm_dtype") else None,
+        num_experts=moe.experts if moe_layers else 0,
+        experts_per_token=moe.per_token if moe_layers else 0,
         moe_layers=moe_layers,
         tie_word_embeddings=tie,
         mtp_layers=mtp,
         tensors=_merge(tensors),
+        warnings=warnings,
         **linear_shape,
     )

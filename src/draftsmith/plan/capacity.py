@@ -392,7 +392,7 @@ def _ceiling(inputs: PlanInputs, output_mean: float, prompt_mean: float | None, 
     warnings += [warning for warning in engine_plan.warnings if not warning.startswith("no --prompt-mean")]
     fields = ("gpu", "gpus", "engine", "weights", "batch", "max_batch", "mean_context", "ceiling_tokens_per_s_per_gpu",
               "efficiency", "days_at_ceiling", "days_at_efficiency", "measured_tokens_per_s_per_gpu", "measured_share",
-              "bench_context")
+              "bench_context", "prefill_share")
     return {field: getattr(engine_plan, field) for field in fields}
 
 
@@ -432,19 +432,26 @@ def _length_warnings(inputs: PlanInputs, output_mean: float, output_stats: Lengt
     if output_stats is not None and output_stats.share_at_cap is not None and output_stats.share_at_cap >= 0.05:
         warnings.append(
             f"{output_stats.share_at_cap:.0%} of samples hit max_tokens={inputs.max_tokens}: those completions are "
-            f"truncated (thinking cut off); consider a larger cap"
+            f"cut off unfinished; consider a larger cap"
         )
     return warnings
 
 
 def _sensitivity(inputs: PlanInputs, output_mean: float, tokens_per_s: float) -> SensitivityTable:
     factors = list(inputs.sensitivity_factors)
-    output_means = [min(output_mean * f, inputs.max_tokens) if inputs.max_tokens else output_mean * f for f in factors]
+    # Longer outputs stop at max_tokens: columns the cap makes equal are one column (the plan's own kept).
+    columns: dict[float, float] = {}
+    for factor in sorted(factors, key=lambda f: f != 1.0):
+        mean = min(output_mean * factor, inputs.max_tokens) if inputs.max_tokens else output_mean * factor
+        if mean not in columns.values():
+            columns[factor] = mean
+    length_factors = [factor for factor in factors if factor in columns]
+    output_means = [columns[factor] for factor in length_factors]
     rates = [tokens_per_s * f for f in factors]
     return SensitivityTable(
         throughput_factors=factors,
         tokens_per_s=rates,
-        length_factors=factors,
+        length_factors=length_factors,
         output_means=output_means,
         days=[[inputs.samples * mean / rate / 86400 for mean in output_means] for rate in rates],
     )

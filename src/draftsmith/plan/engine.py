@@ -4,8 +4,9 @@ and which knob closes the gap.
 Per decode step, per GPU of one replica (TP degree t; one replica per GPU when t = 1), from
 /work/shared/ROOFLINE.md (the repo's shared notes), written out here:
 
-    bytes = W(B)/t + B*(L*kv + min(L, window)*kv_swa)/t' + B*c*state/t  (+ g*(W_draft/t + B*L*kv_draft/t'))
-    flops = (B*q*(2*P_active + attention(L)) + g*B*2*P_draft) / t
+    bytes = W(B*q + p)/t + B*(L*kv + min(L, window)*kv_swa)/t' + B*c*state/t  (+ g*(W_draft/t + B*L*kv_draft/t'))
+            + p*(kv + kv_swa)/t' + (B*tau/O)*state/t                             (prefill: KV and state writes)
+    flops = (B*q*(2*P_active + attention(L)) + g*B*2*P_draft + p*(2*P_active + attention(P/2))) / t
     T     = max(bytes/BW, flops/peak) + T_allreduce          tok/s per GPU = B*tau/T/t
 
 - W(B): every weight read in a step, the embedding excluded (a gather) and the LM head included; a
@@ -29,6 +30,13 @@ Per decode step, per GPU of one replica (TP degree t; one replica per GPU when t
   and its default caps (SGLang resets max running requests to 48 when speculating, server_args.py;
   vLLM's API server defaults to max_num_seqs 1024 on GPUs of 70 GiB or more except A100, else 256,
   vllm/engine/arg_utils.py).
+- prefill (chunked, sharing steps with decode as vLLM and SGLang schedule it by default): B*tau/O
+  sequences finish per step, so as many start, and their prompts add p = B*tau*P/O prompt tokens to
+  each step: 2*P_active FLOPs each plus causal attention over the prompt (a prompt token sees P/2
+  tokens on average), their KV written once and the new sequence's state written once; the weights
+  are read once for both. The prefill share is the step time it adds (T with it less T without it, over
+  T). The batch that fits is unchanged (every running sequence already holds its prompt's KV).
+- MLA (DeepSeek-V3, Kimi K2): kv is the latent plus the rope key per layer, replicated on every TP rank.
 - TP all-reduces: 2 per layer of B*q*hidden bf16 values, ring (2(t-1)/t of it over the link), each
   with ~10 us of latency on PCIe (5 us on NVLink); not overlapped with the step.
 
@@ -63,6 +71,9 @@ VLLM_MAX_NUM_SEQS_LARGE, VLLM_MAX_NUM_SEQS_SMALL = 1024, 256
 ALLREDUCE_LATENCY_S = {"pcie": 10e-6, "nvlink": 5e-6}
 DEFAULT_EFFICIENCY = 0.7
 DEFAULT_MEMORY_UTILIZATION = 0.9
+# No model holds a sequence near this long (the longest contexts today are ~10M tokens): a length beyond
+# it is a typo, and would overflow the context arithmetic.
+MAX_SEQUENCE_TOKENS = 10**8
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,8 @@ class Setup:
     acceptance: float
     memory_utilization: float
     context: float
+    prompt: float = 0.0  # mean prompt tokens (prefill); 0: decode only
+    output: float = 0.0  # mean output tokens (how often a sequence ends and a prompt is prefilled)
     params_override: float | None = None
     kv_override: float | None = None
     state_override: float | None = None
@@ -120,6 +133,8 @@ class Roofline(BaseModel):
     step_time_s: float
     bound: str
     ceiling_tokens_per_s_per_gpu: float
+    prefill_tokens_per_step: float = 0.0
+    prefill_share: float = 0.0  # of the step time, what prefilling the prompts adds
 
 
 def _tensor_bytes(tensor: Tensor, weights: str) -> float:
@@ -184,13 +199,16 @@ def _draft(setup: Setup) -> tuple[float, float, float, float]:
     head = arch.vocab_size * arch.hidden_size * 2.0
     per_weight = WEIGHT_BYTES[setup.weights]
     return layer * per_weight + head, layer * per_weight, layer + arch.vocab_size * arch.hidden_size, \
-        2.0 * arch.num_kv_heads * arch.head_dim
+        float(arch.kv_elements_per_layer())
 
 
 def _kv_split(arch: Architecture | None, tp: int) -> float:
-    """Share of the KV one GPU holds: KV heads split over TP ranks, replicated when fewer than the ranks."""
+    """Share of the KV one GPU holds: KV heads split over TP ranks, replicated when fewer than the ranks;
+    MLA's latent is one per token, replicated on every rank."""
     if arch is None or tp == 1:
         return 1 / tp
+    if arch.mla:
+        return 1.0
     return math.ceil(arch.num_kv_heads / tp) / arch.num_kv_heads
 
 
@@ -230,55 +248,144 @@ def per_token_bytes(setup: Setup) -> tuple[float, float, float]:
     return kv, kv_swa, state
 
 
-def evaluate(setup: Setup, concurrency: int | None) -> Roofline:
-    """The ceiling of `setup` at `concurrency` running requests (None: as many as fit)."""
+@dataclass(frozen=True)
+class StepTime:
+    """One engine step on one GPU of a replica: what it moves and computes, and how long that takes."""
+
+    bytes: float
+    flops: float
+    bandwidth_s: float
+    compute_s: float
+    allreduce_s: float
+    seconds: float  # max(bandwidth_s, compute_s) + allreduce_s
+    bound: str  # "bandwidth" or "compute"
+    weights_bytes: float  # weight bytes read in the step, per GPU
+    prefill_tokens: float = 0.0
+    prefill_share: float = 0.0  # of `seconds`, what the prefill tokens add
+
+
+def _resident_bytes(setup: Setup, draft_resident: float) -> float:
+    arch = setup.arch
+    if arch is not None:
+        return sum(_tensor_bytes(tensor, setup.weights) for tensor in arch.tensors if not tensor.mtp) + draft_resident
+    return setup.params_override * WEIGHT_BYTES[setup.weights]
+
+
+def _step(setup: Setup, batch: float, tokens_per_seq: int, prefill_tokens: float, transfers: float) -> StepTime:
+    """The step of `setup` with `batch` sequences each running `tokens_per_seq` tokens through the target
+    (1 decoding, K+1 verifying), `prefill_tokens` prompt tokens sharing the step, `transfers` state transfers
+    per sequence, plus the drafter's g draft passes when `setup` speculates."""
     arch, gpu, t = setup.arch, setup.gpu, setup.tp
     kv, kv_swa, state = per_token_bytes(setup)
     window = arch.sliding_window if arch is not None and arch.sliding_window else setup.context
     context_kv = setup.context * kv + min(setup.context, window) * kv_swa
     draft_read, draft_resident, draft_params, draft_kv_elements = _draft(setup)
     draft_kv = draft_kv_elements * KV_BYTES[setup.kv_cache]
+    split = _kv_split(arch, t)
+    gamma, b = setup.gamma, max(batch, 1)
+
+    def cost(prefill: float) -> tuple[float, float, float]:
+        tokens = b * tokens_per_seq + prefill
+        if arch is not None:
+            weights = _read_bytes(arch, setup.weights, tokens, mtp=False)
+            active = _active_params(arch, False)
+            attention = arch.attention_flops_per_token(setup.context)
+            prompt_attention = arch.attention_flops_per_token(setup.prompt / 2, prefill=True)
+            draft = _read_bytes(arch, setup.weights, b, mtp=True) if setup.speculative == "mtp" else draft_read
+        else:
+            weights, active, attention, prompt_attention = _resident_bytes(setup, 0.0), setup.params_override, 0.0, 0.0
+            draft = draft_read
+        started = prefill / setup.prompt if setup.prompt else 0.0  # sequences whose prompt this step prefills
+        step_bytes = (weights / t + b * context_kv * split + b * transfers * state / t
+                      + gamma * (draft / t + b * setup.context * draft_kv * split)
+                      + prefill * (kv + kv_swa) * split + started * state / t)
+        step_flops = (b * tokens_per_seq * (2 * active + attention) + gamma * b * 2 * draft_params
+                      + prefill * (2 * active + prompt_attention)) / t
+        return step_bytes, step_flops, weights / t
+
+    step_bytes, step_flops, weights = cost(prefill_tokens)
+    t_bandwidth = step_bytes / gpu.bandwidth_bytes_per_s
+    t_compute = step_flops / gpu.peak_flops(setup.weights)
+    t_allreduce = 0.0
+    if t > 1 and arch is not None:
+        size = (b * tokens_per_seq + prefill_tokens) * arch.hidden_size * 2
+        latency = ALLREDUCE_LATENCY_S["nvlink" if gpu.nvlink else "pcie"]
+        t_allreduce = 2 * arch.num_layers * (latency + 2 * (t - 1) / t * size / gpu.link_bytes_per_s)
+    seconds = max(t_bandwidth, t_compute) + t_allreduce
+    share = 0.0
+    if prefill_tokens > 0:
+        plain_bytes, plain_flops, _ = cost(0.0)
+        plain = max(plain_bytes / gpu.bandwidth_bytes_per_s, plain_flops / gpu.peak_flops(setup.weights))
+        if t > 1 and arch is not None:
+            size = b * tokens_per_seq * arch.hidden_size * 2
+            latency = ALLREDUCE_LATENCY_S["nvlink" if gpu.nvlink else "pcie"]
+            plain += 2 * arch.num_layers * (latency + 2 * (t - 1) / t * size / gpu.link_bytes_per_s)
+        share = max(seconds - plain, 0.0) / seconds
+    return StepTime(bytes=step_bytes, flops=step_flops, bandwidth_s=t_bandwidth, compute_s=t_compute,
+                    allreduce_s=t_allreduce, seconds=seconds, bound="bandwidth" if t_bandwidth >= t_compute else "compute",
+                    weights_bytes=weights, prefill_tokens=prefill_tokens, prefill_share=share)
+
+
+def _engine_transfers(setup: Setup) -> int:
+    """State transfers per sequence and step: read + write, plus one write per draft position in SGLang/vLLM."""
+    return 2 + (setup.gamma if setup.engine in ("sglang", "vllm") else 0)
+
+
+def prefill_tokens_per_step(setup: Setup, batch: float) -> float:
+    """Prompt tokens each step prefills in steady state: B*tau/O sequences end per step and as many start."""
+    if not setup.prompt or not setup.output:
+        return 0.0
+    return max(batch, 1) * setup.tau * setup.prompt / setup.output
+
+
+def step_time(arch: Architecture | None, gpu: GpuSpec, batch: int, tokens_per_seq: int, context: float, *,
+              weights: str = "bf16", kv_cache: str = "auto", state_dtype: str = "fp32", tp: int = 1,
+              state_transfers: float = 2, prefill_tokens: float = 0.0, prompt: float = 0.0,
+              params: float | None = None, kv_bytes_per_token: float | None = None,
+              state_bytes: float | None = None) -> StepTime:
+    """The target's step on `gpu` for `batch` sequences each running `tokens_per_seq` tokens (1: plain decode;
+    K+1: verifying K drafts) at `context` cached tokens per sequence, bandwidth- or compute-bound.
+
+    No drafter cost is included (add the drafter's own steps); `prefill_tokens` prompt tokens of mean length
+    `prompt` may share the step. Without `arch`, `params` and `kv_bytes_per_token` (bf16) stand in for it.
+    `state_transfers`: linear-attention state reads + writes per sequence (2; engines that keep a state per
+    draft position write K more)."""
+    if arch is None and (params is None or kv_bytes_per_token is None):
+        raise InputError("step_time needs an architecture, or params and kv_bytes_per_token")
+    setup = Setup(arch=arch, gpu=gpu, gpus=tp, tp=tp, weights=weights, kv_cache=kv_cache, state_dtype=state_dtype,
+                  engine="ideal", prefix_cache=False, speculative="none", draft_tokens=0, acceptance=1.0,
+                  memory_utilization=DEFAULT_MEMORY_UTILIZATION, context=context, prompt=prompt,
+                  params_override=params, kv_override=kv_bytes_per_token, state_override=state_bytes)
+    return _step(setup, batch, tokens_per_seq, prefill_tokens, state_transfers)
+
+
+def evaluate(setup: Setup, concurrency: int | None) -> Roofline:
+    """The ceiling of `setup` at `concurrency` running requests (None: as many as fit), prefill included."""
+    arch, gpu, t = setup.arch, setup.gpu, setup.tp
+    kv, kv_swa, state = per_token_bytes(setup)
+    window = arch.sliding_window if arch is not None and arch.sliding_window else setup.context
+    context_kv = setup.context * kv + min(setup.context, window) * kv_swa
+    _, draft_resident, _, draft_kv_elements = _draft(setup)
+    draft_kv = draft_kv_elements * KV_BYTES[setup.kv_cache]
     copies = state_copies(setup)
-    if arch is not None:
-        resident = sum(_tensor_bytes(tensor, setup.weights) for tensor in arch.tensors if not tensor.mtp) + draft_resident
-    else:
-        resident = setup.params_override * WEIGHT_BYTES[setup.weights]
+    resident = _resident_bytes(setup, draft_resident)
     split = _kv_split(arch, t)
     per_sequence = copies * state / t + (context_kv + setup.context * draft_kv) * split
     free = gpu.memory_bytes * setup.memory_utilization - resident / t
-    memory_max = int(free // per_sequence) if per_sequence > 0 and free > 0 else (0 if free <= 0 else 10**9)
+    memory_max = int(min(free // per_sequence, 10**9)) if per_sequence > 0 and free > 0 else (0 if free <= 0 else 10**9)
     cap = engine_cap(setup)
     max_batch = min(memory_max, cap) if cap else memory_max
     batch = max_batch if concurrency is None else min(concurrency, max_batch)
-    q, gamma = setup.gamma + 1, setup.gamma
-    b = max(batch, 1)
-    if arch is not None:
-        weights = _read_bytes(arch, setup.weights, b * q, mtp=False)
-        active = _active_params(arch, False)
-        attention = arch.attention_flops_per_token(setup.context)
-        if setup.speculative == "mtp":
-            draft_read = _read_bytes(arch, setup.weights, b, mtp=True)
-    else:
-        weights, active, attention = resident, setup.params_override, 0.0
-    transfers = 2 + (gamma if setup.engine in ("sglang", "vllm") else 0)
-    bytes_step = (weights / t + b * context_kv * split + b * transfers * state / t
-                  + gamma * (draft_read / t + b * setup.context * draft_kv * split))
-    flops_step = (b * q * (2 * active + attention) + gamma * b * 2 * draft_params) / t
-    t_bandwidth = bytes_step / gpu.bandwidth_bytes_per_s
-    t_compute = flops_step / gpu.peak_flops(setup.weights)
-    t_allreduce = 0.0
-    if t > 1 and arch is not None:
-        size = b * q * arch.hidden_size * 2
-        latency = ALLREDUCE_LATENCY_S["nvlink" if gpu.nvlink else "pcie"]
-        t_allreduce = 2 * arch.num_layers * (latency + 2 * (t - 1) / t * size / gpu.link_bytes_per_s)
-    step = max(t_bandwidth, t_compute) + t_allreduce
-    ceiling = batch * setup.tau / step / t if batch > 0 else 0.0
+    step = _step(setup, batch, setup.gamma + 1, prefill_tokens_per_step(setup, batch), _engine_transfers(setup))
+    ceiling = batch * setup.tau / step.seconds / t if batch > 0 else 0.0
     return Roofline(
-        weights_bytes_per_step=weights / t, kv_bytes_per_token=kv, state_bytes_per_sequence=state, state_copies=copies,
-        resident_weight_bytes=resident / t, max_batch=max_batch, memory_max_batch=memory_max, engine_cap=cap,
-        batch=batch, bytes_per_step=bytes_step, flops_per_step=flops_step, step_time_bandwidth_s=t_bandwidth,
-        step_time_compute_s=t_compute, step_time_allreduce_s=t_allreduce, step_time_s=step,
-        bound="bandwidth" if t_bandwidth >= t_compute else "compute", ceiling_tokens_per_s_per_gpu=ceiling,
+        weights_bytes_per_step=step.weights_bytes, kv_bytes_per_token=kv, state_bytes_per_sequence=state,
+        state_copies=copies, resident_weight_bytes=resident / t, max_batch=max_batch, memory_max_batch=memory_max,
+        engine_cap=cap, batch=batch, bytes_per_step=step.bytes, flops_per_step=step.flops,
+        step_time_bandwidth_s=step.bandwidth_s, step_time_compute_s=step.compute_s,
+        step_time_allreduce_s=step.allreduce_s, step_time_s=step.seconds, bound=step.bound,
+        ceiling_tokens_per_s_per_gpu=ceiling, prefill_tokens_per_step=step.prefill_tokens,
+        prefill_share=step.prefill_share,
     )
 
 
@@ -301,6 +408,7 @@ class Knob(BaseModel):
     days: float | None
     gain: float  # ceiling over the configured one
     note: str
+    prefill_share: float = 0.0
 
 
 class EnginePlan(BaseModel):
@@ -332,6 +440,8 @@ class EnginePlan(BaseModel):
     step_time_allreduce_s: float
     bound: str
     ceiling_tokens_per_s_per_gpu: float
+    prefill_tokens_per_step: float = 0.0
+    prefill_share: float = 0.0
     efficiency: float
     measured_tokens_per_s_per_gpu: float | None = None
     measured_source: str | None = None
@@ -354,6 +464,14 @@ def positive(value: Any, flag: str, integer: bool = False) -> float:
     if number <= 0 or (integer and number != int(number)):
         kind = "whole number" if integer else "number"
         raise InputError(f"{flag} must be a positive {kind}, got {value!r}")
+    return int(number) if integer else number
+
+
+def tokens(value: Any, flag: str, integer: bool = False, allow_zero: bool = False) -> float:
+    """A token count of one sequence (a mean or a cap), up to MAX_SEQUENCE_TOKENS."""
+    number = parse_count(value, flag) if allow_zero else positive(value, flag, integer)
+    if number > MAX_SEQUENCE_TOKENS:
+        raise InputError(f"{flag} {value!r} is longer than any model's context (at most {MAX_SEQUENCE_TOKENS:,} tokens)")
     return int(number) if integer else number
 
 
@@ -482,7 +600,7 @@ def rank_knobs(setup: Setup, arch: Architecture | None, base: Roofline, samples:
             note = "already at the cap: the batch is what memory allows"
         rows.append(Knob(knob=name, ceiling_tokens_per_s_per_gpu=result.ceiling_tokens_per_s_per_gpu, batch=result.batch,
                          days=days(samples, output_mean, result.ceiling_tokens_per_s_per_gpu * efficiency, setup.gpus),
-                         gain=gain, note=f"batch {result.batch}: {note}"))
+                         gain=gain, note=f"batch {result.batch}: {note}", prefill_share=result.prefill_share))
     return sorted(rows, key=lambda knob: -knob.ceiling_tokens_per_s_per_gpu)
 
 
@@ -507,12 +625,13 @@ def _output_lengths(config: Any, max_tokens: int | None) -> tuple[float, float |
         lengths = load_lengths(config.output_lengths).astype(float)
         if max_tokens is not None:
             lengths = np.minimum(lengths, max_tokens)
-        if not np.all(np.isfinite(lengths)) or lengths.mean() <= 0:
-            raise InputError(f"--output-lengths {config.output_lengths}: the lengths must be finite with a positive mean")
+        if not np.all(np.isfinite(lengths)) or lengths.mean() <= 0 or lengths.max() > MAX_SEQUENCE_TOKENS:
+            raise InputError(f"--output-lengths {config.output_lengths}: the lengths must be finite, at most "
+                             f"{MAX_SEQUENCE_TOKENS:,} tokens, with a positive mean")
         return float(lengths.mean()), float((lengths**2).mean())
     if config.output_mean is None:
         raise InputError("plan engine needs --output-mean TOKENS or --output-lengths FILE:FIELD")
-    mean = positive(config.output_mean, "--output-mean")
+    mean = tokens(config.output_mean, "--output-mean")
     if max_tokens is not None and mean > max_tokens:
         raise InputError(f"--output-mean {mean:g} is above --max-tokens {max_tokens}: an average cannot exceed the cap")
     return mean, None
@@ -549,9 +668,9 @@ def build_setup(config: Any) -> tuple[Setup, dict[str, Any]]:
     gpus = positive(config.gpus, "--gpus", integer=True) if config.gpus is not None else 1
     tp = positive(config.tp, "--tp", integer=True) if config.tp is not None else 1
     check_tp(arch, tp, gpus)
-    max_tokens = positive(config.max_tokens, "--max-tokens", integer=True) if config.max_tokens is not None else None
+    max_tokens = tokens(config.max_tokens, "--max-tokens", integer=True) if config.max_tokens is not None else None
     output_mean, output_square = _output_lengths(config, max_tokens)
-    prompt_mean = parse_count(config.prompt_mean, "--prompt-mean") if config.prompt_mean is not None else 0.0
+    prompt_mean = tokens(config.prompt_mean, "--prompt-mean", allow_zero=True) if config.prompt_mean is not None else 0.0
     speculative, draft_tokens, acceptance = _speculation(config, arch)
     state_dtype = config.state_dtype or ("bf16" if arch is not None and arch.ssm_state_dtype in ("bfloat16", "bf16") else "fp32")
     engine = config.engine or "ideal"
@@ -561,7 +680,8 @@ def build_setup(config: Any) -> tuple[Setup, dict[str, Any]]:
         state_dtype=state_dtype, engine=engine, prefix_cache=True if config.prefix_cache is None else config.prefix_cache,
         speculative=speculative, draft_tokens=draft_tokens, acceptance=acceptance,
         memory_utilization=_fraction(config.memory_utilization, "--memory-utilization", DEFAULT_MEMORY_UTILIZATION),
-        context=mean_live_context(prompt_mean, output_mean, output_square), params_override=params,
+        context=mean_live_context(prompt_mean, output_mean, output_square), prompt=prompt_mean, output=output_mean,
+        params_override=params,
         kv_override=kv_override, state_override=state_override, state_copies_override=copies,
     )
     if arch is None and params is None:
@@ -598,7 +718,7 @@ def bench_context(setup: Setup, job: dict[str, Any], bench: Any) -> tuple[dict[s
     measured = bench.knee_mean_output_tokens or bench.max_tokens
     if not measured or abs(measured - job["output_mean"]) <= 0.1 * job["output_mean"]:
         return None, None
-    at_bench = replace(setup, context=mean_live_context(job["prompt_mean"], measured))
+    at_bench = replace(setup, context=mean_live_context(job["prompt_mean"], measured), output=measured)
     bench_roofline = evaluate(at_bench, bench.knee_concurrency)
     job_roofline = evaluate(setup, bench.knee_concurrency)
     info = {
@@ -639,7 +759,7 @@ def make_engine_plan(config: Any) -> EnginePlan:
     """The ceiling, the measured share and the ranked knobs of an `EnginePlanConfig`. Raises `InputError`."""
     setup, job = build_setup(config)
     measured, source, bench = _measured(config)
-    warnings: list[str] = []
+    warnings: list[str] = list(setup.arch.warnings) if setup.arch is not None else []
     requested = job["concurrency"]
     if requested is None and bench is not None:
         requested = bench.knee_concurrency
@@ -675,6 +795,7 @@ def make_engine_plan(config: Any) -> EnginePlan:
         step_time_s=base.step_time_s, step_time_bandwidth_s=base.step_time_bandwidth_s,
         step_time_compute_s=base.step_time_compute_s, step_time_allreduce_s=base.step_time_allreduce_s, bound=base.bound,
         ceiling_tokens_per_s_per_gpu=base.ceiling_tokens_per_s_per_gpu, efficiency=efficiency,
+        prefill_tokens_per_step=base.prefill_tokens_per_step, prefill_share=base.prefill_share,
         measured_tokens_per_s_per_gpu=measured, measured_source=source, measured_share=share, samples=samples,
         days_at_ceiling=days(samples, output_mean, base.ceiling_tokens_per_s_per_gpu, setup.gpus),
         days_at_efficiency=days(samples, output_mean, base.ceiling_tokens_per_s_per_gpu * efficiency, setup.gpus),

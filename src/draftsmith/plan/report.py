@@ -69,7 +69,8 @@ def _summary_table(plan: Plan) -> Table:
     if ceiling is not None:
         line = (f"{ceiling['ceiling_tokens_per_s_per_gpu']:,.0f} tok/s per GPU on {ceiling['gpus']} x {ceiling['gpu']} at batch "
                 f"{ceiling['batch']} ({ceiling['weights']}, engine {ceiling['engine']}): {ceiling['days_at_ceiling']:.1f} days "
-                f"at the ceiling, {ceiling['days_at_efficiency']:.1f} at {ceiling['efficiency']:g} of it")
+                f"at the ceiling, {ceiling['days_at_efficiency']:.1f} at {ceiling['efficiency']:g} of it"
+                + (f" (prefill {ceiling['prefill_share']:.0%} of the step)" if ceiling.get("prefill_share") else ""))
         if ceiling["measured_share"] is not None:
             line += f"; [bold]the measured rate is {ceiling['measured_share']:.0%} of the ceiling[/bold]"
         table.add_row("decode ceiling", line)
@@ -231,6 +232,10 @@ def _days_text(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
+def _share_text(share: float) -> str:
+    return "<0.1%" if 0 < share < 0.001 else f"{share:.1%}"
+
+
 def render_engine_plan(plan: EnginePlan, console: Console | None = None) -> None:
     console = console or Console()
     table = Table(title="Decode ceiling (plan engine)", show_header=False, title_justify="left")
@@ -253,6 +258,9 @@ def render_engine_plan(plan: EnginePlan, console: Console | None = None) -> None
                   f"compute {plan.step_time_compute_s * 1e3:,.1f} ms"
                   + (f", all-reduce {plan.step_time_allreduce_s * 1e3:,.1f} ms" if plan.step_time_allreduce_s else "") + ")")
     table.add_row("bound", plan.bound)
+    if plan.prefill_tokens_per_step:
+        table.add_row("prefill", f"{plan.prefill_tokens_per_step:,.1f} prompt tokens per step (chunked with decode): "
+                      f"{_share_text(plan.prefill_share)} of the step time")
     table.add_row("ceiling", f"[bold]{plan.ceiling_tokens_per_s_per_gpu:,.0f} tok/s per GPU[/bold] "
                   f"({plan.ceiling_tokens_per_s_per_gpu * plan.efficiency:,.0f} at efficiency {plan.efficiency:g})")
     if plan.measured_share is not None:
@@ -265,10 +273,11 @@ def render_engine_plan(plan: EnginePlan, console: Console | None = None) -> None
         table.add_row("days", f"{plan.samples:,} samples: {days}")
     console.print(table)
     knobs = Table(title="Knobs, ranked by ceiling (days at the efficiency)", title_justify="left")
-    for column in ("knob", "tok/s/GPU", "x", "days", "note"):
-        knobs.add_column(column, justify="right" if column in ("tok/s/GPU", "x", "days") else "left")
+    for column in ("knob", "tok/s/GPU", "x", "days", "prefill", "note"):
+        knobs.add_column(column, justify="right" if column in ("tok/s/GPU", "x", "days", "prefill") else "left")
     for knob in plan.knobs:
-        knobs.add_row(knob.knob, f"{knob.ceiling_tokens_per_s_per_gpu:,.0f}", f"{knob.gain:.2f}", _days_text(knob.days), knob.note)
+        knobs.add_row(knob.knob, f"{knob.ceiling_tokens_per_s_per_gpu:,.0f}", f"{knob.gain:.2f}", _days_text(knob.days),
+                      f"{knob.prefill_share:.0%}" if knob.batch else "-", knob.note)
     console.print(knobs)
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")

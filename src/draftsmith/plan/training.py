@@ -356,7 +356,7 @@ def make_train_plan(inputs: TrainPlanInputs | dict[str, Any]) -> TrainPlan:
         inputs=inputs.model_dump(mode="json"),
         mode=mode,
         target_params=shape.params(),
-        target_layer_params=shape.layer_params(),
+        target_layer_params=shape.target_layer_params(),
         drafter_params=drafter_params(shape, inputs.draft_layers, inputs.num_features),
         total_sequences=sequences,
         total_tokens=total_tokens,
