@@ -42,7 +42,8 @@ def serve_and_bench(target: Path, spec: dict | None, prompts: Path, concurrency:
 
     name = "plain" if spec is None else f"{spec['method']}-k{spec['num_speculative_tokens']}"
     extra = [] if spec is None else ["--speculative-config", json.dumps(spec)]
-    server = vllm_server(target, extra_args=extra, log_path=logs / f"vllm-{name}.log")
+    # A shared 2-core machine can take minutes to start vLLM (240 s was not enough under load).
+    server = vllm_server(target, extra_args=extra, log_path=logs / f"vllm-{name}.log", startup_timeout_s=900)
     began = time.monotonic()
     with server:
         log(f"{name}: vLLM ready in {time.monotonic() - began:.0f} s; benching concurrency {concurrency}")

@@ -144,7 +144,10 @@ def measure_device(torch_device: str | None = None, name: str | None = None, ste
     family = "cuda" if torch_device.startswith("cuda") else "cpu"
     bandwidth = measure_bandwidth(torch_device, copy_bytes or COPY_BYTES[family])
     size = matmul_size or MATMUL_SIZE[family]
-    bf16, fp32 = measure_matmul(torch_device, "bf16", size), measure_matmul(torch_device, "fp32", size)
+    # Without native bf16 (no AVX512-BF16/AMX) a CPU emulates it some 30x slower: a smaller matrix keeps
+    # the measurement to seconds and still far beyond call overhead.
+    bf16_size = size if family == "cuda" else max(size // 2, 64)
+    bf16, fp32 = measure_matmul(torch_device, "bf16", bf16_size), measure_matmul(torch_device, "fp32", size)
     title = _device_title(torch_device)
     return GpuSpec(
         name=name or f"{platform.node() or 'this-machine'}-{family}", title=f"{title} (measured)",
