@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--export", default=None, help="a DFlash export of the tiny target (default: run a small demo)")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
+    parser.add_argument("--reuse", action="store_true", help="reuse the bench JSONs already in --workdir")
     args = parser.parse_args(argv)
 
     from draftsmith.plan.device import device_dict, measure_device
@@ -116,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     files: dict[tuple[str, int], Path] = {}
     for method, k, spec in runs:
         files[(method, k)] = work / f"bench-{method}-k{k}.json"
+        if args.reuse and files[(method, k)].is_file():
+            log(f"{method} K={k}: reusing {files[(method, k)]}")
+            benches[(method, k)] = json.loads(files[(method, k)].read_text())
+            continue
         benches[(method, k)] = serve_and_bench(target, spec, prompts, concurrency, args.requests, args.max_tokens,
                                                files[(method, k)], work)
 
@@ -136,6 +141,22 @@ def main(argv: list[str] | None = None) -> int:
     device_file.write_text(json.dumps(device_dict(calibrated)))
     log(f"step overhead calibrated on plain decode at concurrency {low}: {overhead * 1e3:.3f} ms "
         f"(measured step {measured_plain_step * 1e3:.3f} ms, roofline {roofline_plain_step * 1e3:.4f} ms)")
+    # A drafting step costs more than a plain one on vLLM CPU (the drafter's forward, the proposer's and the
+    # rejection sampler's Python): calibrated on the smallest K at the lowest and highest concurrency, as a
+    # fixed part and a part per running request; the larger K and n-gram stay predictions.
+    first = predict(target, export, device_file, acceptance, ngram, ks, concurrency, prompt_mean, output_mean)
+    extra = {}
+    for entry in first.plans:
+        c = entry.concurrency
+        level = _level(benches[("dflash", min(ks))], c)
+        tau = (level.get("engine_metrics") or {}).get("spec_acceptance") or entry.drafter[0].tau
+        extra[c] = c * tau / level["output_tokens_per_s"] - entry.drafter[0].step_time_s
+    high = max(concurrency)
+    per_request = max((extra[high] - extra[low]) / (high - low), 0.0) if high > low else 0.0
+    fixed = max(extra[low] - low * per_request, 0.0)
+    calibrated = calibrated.model_copy(update={"draft_step_overhead_s": fixed, "draft_request_overhead_s": per_request})
+    device_file.write_text(json.dumps(device_dict(calibrated)))
+    log(f"drafting step overhead calibrated on K={min(ks)}: {fixed * 1e3:.3f} ms + {per_request * 1e3:.3f} ms per request")
     plan = predict(target, export, device_file, acceptance, ngram, ks, concurrency, prompt_mean, output_mean)
 
     rows = []
@@ -169,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"device: {device.title}; copy {device.bandwidth_bytes_per_s / 1e9:.1f} GB/s, fp32 matmul "
           f"{device.fp32_flops / 1e9:.1f} GFLOP/s; step overhead {overhead * 1e3:.3f} ms (calibrated on plain decode, "
-          f"concurrency {low})")
+          f"concurrency {low}); a drafting step adds {fixed * 1e3:.3f} ms + {per_request * 1e3:.3f} ms per request "
+          f"(calibrated on K={min(ks)} at concurrency {low} and {high})")
     print(f"drafter acceptance per position (vLLM, K={max(ks)}): "
           + ", ".join(f"{value:.2f}" for value in plan.acceptance.per_position))
     header = ("conc", "method", "K", "tau meas", "tau pred", "step ms meas", "step ms pred", "tok/s meas",
@@ -185,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{entry['predicted_best_k']}" + ("" if entry["neighbours"] else "  (NOT neighbours)"))
     if args.json:
         args.json.write_text(json.dumps({"device": device_dict(calibrated), "step_overhead_s": overhead,
+                                         "draft_step_overhead_s": fixed, "draft_request_overhead_s": per_request,
                                          "acceptance": plan.acceptance.per_position, "rows": rows, "best": best,
                                          "output_mean": output_mean, "export": str(export)}, indent=2) + "\n")
     return 0

@@ -25,7 +25,9 @@ One decode step at batch B (all running requests advance together):
   of the tau newly committed tokens through `fc` and each layer's K/V projections).
 - overhead: the engine's fixed cost per step that no roofline sees (scheduling, Python, sampling,
   kernel launches), the device entry's `step_overhead_s` (0 for catalogue GPUs, measured against an
-  engine on a CPU, where it dominates small models; benchmarks/bench_speculation.py).
+  engine on a CPU, where it dominates small models; benchmarks/bench_speculation.py); a drafter's
+  step adds `draft_step_overhead_s + B * draft_request_overhead_s` (its forward's launch, the
+  proposer's and rejection sampler's bookkeeping: large on vLLM CPU, hidden on a GPU).
 - no speculation: B / (T_verify(B, 0) + overhead); n-gram (prompt lookup): no drafter forward, its
   own profile (`eval --baseline ngram` measures one), T = T_verify(B, K) + overhead.
 
@@ -557,7 +559,9 @@ def plan_concurrency(inputs: _Inputs, concurrency: int) -> ConcurrencyPlan:
         tau = inputs.acceptance.tau(k)
         target = _verify(setup, concurrency, k, tau)
         cost = inputs.drafter.step(target.batch, k, tau, setup.context, head, kv_bytes)
-        rows.append(_option(inputs.drafter.variant, k, tau, target, cost, device, overhead, plain.tokens_per_s))
+        draft_overhead = device.draft_step_overhead_s + target.batch * device.draft_request_overhead_s
+        rows.append(_option(inputs.drafter.variant, k, tau, target, cost, device, overhead + draft_overhead,
+                            plain.tokens_per_s))
     best = max(rows, key=lambda option: option.tokens_per_s)
     ngram_rows = []
     if inputs.ngram is not None:
