@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from draftsmith.bench.engine_metrics import MetricsPoller, cap_warning, parse_prometheus, summarize
+from draftsmith.bench.engine_metrics import MetricsPoller, cap_warning, parse_prometheus, read_snapshot, summarize
 from draftsmith.client.chat import ChatClient
 
 FIXTURES = sorted((Path(__file__).parent / "data").glob("sglang_metrics_*.txt"))
@@ -45,6 +45,35 @@ def test_vllm_acceptance_is_one_plus_accepted_per_draft_over_the_level():
     assert record["spec_acceptance"] == pytest.approx(1 + 340 / 200)
     assert record["cache_usage_max"] == 0.5  # the older vLLM name
     assert record["engine"] == "vllm" and cap_warning(record) is None
+
+
+def _vllm_metrics(drafts: int, per_position: list[int]) -> str:
+    """vLLM 0.32's exposition of its spec-decode counters (two engines' label sets for position 0)."""
+    lines = ['# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.',
+             '# TYPE vllm:spec_decode_num_drafts_total counter',
+             f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="tiny"}} {drafts}',
+             'vllm:num_requests_running{engine="0",model_name="tiny"} 8',
+             f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="tiny"}} {sum(per_position)}']
+    for position, count in enumerate(per_position):
+        lines.append(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="tiny",'
+                     f'position="{position}"}} {count}')
+    return "\n".join(lines) + "\n"
+
+
+def test_vllm_acceptance_per_position_is_the_level_delta_by_position_label():
+    before = read_snapshot(_vllm_metrics(100, [60, 30, 10]))
+    # Exposed out of position order: the position label, not the line order, decides.
+    after_text = _vllm_metrics(300, [180, 100, 40])
+    lines = after_text.splitlines()
+    after = read_snapshot("\n".join(lines[:5] + lines[5:][::-1]) + "\n")
+    record = summarize([before, after], concurrency=8)
+    assert record["spec_drafts"] == 200
+    assert record["spec_accepted_per_position"] == [120, 70, 30]
+    assert record["spec_acceptance_per_position"] == pytest.approx([0.6, 0.35, 0.15])
+    assert record["spec_acceptance"] == pytest.approx(1 + 220 / 200)
+    # Without the per-position counter (SGLang, or vLLM without speculation) nothing is recorded.
+    plain = [parse_prometheus(path.read_text()) for path in FIXTURES]
+    assert "spec_acceptance_per_position" not in summarize(plain, concurrency=64)
 
 
 def test_the_poller_records_a_level_over_http():

@@ -12,7 +12,11 @@ batch below it, and then the sweep measures a smaller batch than it thinks. Whil
   `sglang:token_usage`;
 - speculative acceptance, tokens per verify step with the bonus token: vLLM 1 + delta
   `vllm:spec_decode_num_accepted_tokens_total` / delta `vllm:spec_decode_num_drafts_total` over the
-  level; SGLang's gauge `sglang:spec_accept_length` (mean of the polls).
+  level; SGLang's gauge `sglang:spec_accept_length` (mean of the polls);
+- vLLM's acceptance per draft position over the level (`spec_acceptance_per_position`: the share of
+  verify steps that accepted position k, from delta `vllm:spec_decode_num_accepted_tokens_per_pos`
+  by its `position` label over delta drafts, with the counts behind it), which `plan speculation
+  --acceptance-from bench.json` reads.
 
 Names from vllm/v1/metrics/loggers.py and SGLang's metrics docs (docs/references/production_metrics.md).
 """
@@ -25,11 +29,16 @@ import re
 import statistics
 from typing import Any
 
+from draftsmith.client.prometheus import VLLM_ACCEPTED_PER_POSITION, parse_samples, vllm_position_counts
+
 RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs")
 WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
 CACHE_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
 VLLM_ACCEPTED, VLLM_DRAFTS = "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total"
 SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
+# Held in a snapshot as the per-position counts in position order (summed over engines), not one value
+# per label set as the other metrics are.
+POSITIONS = VLLM_ACCEPTED_PER_POSITION + "_total"
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)")
 
 
@@ -49,6 +58,15 @@ def parse_prometheus(text: str) -> dict[str, list[float]]:
         if math.isfinite(value):
             values.setdefault(match.group("name"), []).append(value)
     return values
+
+
+def read_snapshot(text: str) -> dict[str, list[float]]:
+    """One poll: `parse_prometheus`, with vLLM's per-position acceptance counts in position order."""
+    parsed = parse_prometheus(text)
+    counts = vllm_position_counts(parse_samples(text)) if VLLM_ACCEPTED_PER_POSITION in text else None
+    if counts is not None:
+        parsed[POSITIONS] = counts.accepted_per_position
+    return parsed
 
 
 def _first(snapshot: dict[str, list[float]], names: tuple[str, ...]) -> list[float] | None:
@@ -81,7 +99,22 @@ def summarize(snapshots: list[dict[str, list[float]]], concurrency: int) -> dict
         "cache_usage_mean": round(statistics.fmean(usage), 4) if usage else None,
         "spec_acceptance": _acceptance(snapshots),
     }
+    record.update(_acceptance_per_position(snapshots))
     return record
+
+
+def _acceptance_per_position(snapshots: list[dict[str, list[float]]]) -> dict[str, Any]:
+    """The level's vLLM per-position acceptance and its counts (nothing without the counters)."""
+    first, last = snapshots[0], snapshots[-1]
+    if not (VLLM_DRAFTS in first and VLLM_DRAFTS in last and POSITIONS in last):
+        return {}
+    drafts = sum(last[VLLM_DRAFTS]) - sum(first[VLLM_DRAFTS])
+    before, after = first.get(POSITIONS, []), last[POSITIONS]
+    accepted = [count - (before[k] if k < len(before) else 0.0) for k, count in enumerate(after)]
+    if drafts <= 0:
+        return {}
+    return {"spec_drafts": int(round(drafts)), "spec_accepted_per_position": [int(round(c)) for c in accepted],
+            "spec_acceptance_per_position": [round(count / drafts, 6) for count in accepted]}
 
 
 def _acceptance(snapshots: list[dict[str, list[float]]]) -> float | None:
@@ -119,7 +152,7 @@ class MetricsPoller:
             return None
         if status != 200:
             return None
-        parsed = parse_prometheus(text)
+        parsed = read_snapshot(text)
         return parsed if engine_family(parsed) else None
 
     async def probe(self) -> bool:

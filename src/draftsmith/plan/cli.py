@@ -54,6 +54,21 @@ def plan_engine(config: EnginePlanConfig, as_json: bool = False) -> None:
     _emit(make_engine_plan(config), render_engine_plan, as_json)
 
 
+def plan_speculation(config, as_json: bool = False) -> None:
+    """How many draft tokens (K) at which concurrency: tau, the verify and draft step times and output tok/s
+    per K from a measured per-position acceptance profile, beside no speculation and n-gram."""
+    from draftsmith.plan.speculation import make_speculation_plan, render_speculation_plan
+
+    _emit(make_speculation_plan(config), render_speculation_plan, as_json)
+
+
+def plan_device(config, as_json: bool = False) -> None:
+    """Measure this machine (memory-bound copy, bf16/fp32 matmuls, memory) as a device entry that --gpu FILE takes."""
+    from draftsmith.plan.device import plan_device as measure
+
+    measure(config, as_json)
+
+
 def _flags_given(config) -> dict:
     return config.model_dump(include=config.model_fields_set)
 
@@ -90,4 +105,10 @@ def register(app: typer.Typer) -> None:
     group.callback(invoke_without_command=True)(plan_command)
     config_command(group, "train", TrainPlanConfig, plan_train, own_config_file=True, extras=_JSON)
     config_command(group, "engine", EnginePlanConfig, plan_engine, extras=_JSON)
+    from draftsmith.plan.device import DevicePlanConfig
+    from draftsmith.plan.speculation import SpeculationPlanConfig
+
+    config_command(group, "speculation", SpeculationPlanConfig, plan_speculation, extras=_JSON)
+    config_command(group, "device", DevicePlanConfig, plan_device,
+                   extras={"as_json": (bool, typer.Option(False, "--json", help="Print the device entry as JSON."))})
     app.add_typer(group, name="plan")

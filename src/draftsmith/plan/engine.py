@@ -74,6 +74,9 @@ DEFAULT_MEMORY_UTILIZATION = 0.9
 # No model holds a sequence near this long (the longest contexts today are ~10M tokens): a length beyond
 # it is a typo, and would overflow the context arithmetic.
 MAX_SEQUENCE_TOKENS = 10**8
+# A speculative kind whose drafter the caller prices itself (plan/speculation.py): the target verifies
+# draft_tokens + 1 tokens per step and nothing else is added for the drafter.
+EXTERNAL_DRAFTER = "external"
 
 
 @dataclass(frozen=True)
@@ -189,7 +192,7 @@ def _draft(setup: Setup) -> tuple[float, float, float, float]:
     """(weight bytes read per draft step at batch 1 token, its resident bytes, active params, KV elements per
     token) of the drafter: the MTP module, or for --speculative drafter one target-sized decoder layer."""
     arch = setup.arch
-    if not setup.speculating or arch is None:
+    if not setup.speculating or arch is None or setup.speculative == EXTERNAL_DRAFTER:
         return 0.0, 0.0, 0.0, 0.0
     if setup.speculative == "mtp":
         resident = sum(_tensor_bytes(t, setup.weights) for t in arch.tensors if t.mtp)

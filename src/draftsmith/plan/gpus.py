@@ -17,15 +17,25 @@ Sources (vendor datasheets; sparse figures halved to dense):
   FP8, ~500 bf16 at the Workstation's boost clock; the Server Edition's lower clock gives ~480 bf16.
   These two are approximate (to a few percent); pass --gpu-tflops to plan on a measured figure.
 Both RTX PRO 6000 and L40S have no NVLink: tensor parallelism runs its all-reduces over PCIe.
+
+A device measured here (`draftsmith plan device --measure`, plan/device.py) is a JSON file holding one
+`GpuSpec`; wherever a plan takes `--gpu NAME` it takes that file's path too.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
 
 from draftsmith.core.errors import InputError
 
 T = 1e12
+DEVICE_KIND = "draftsmith.plan.device"
+DEVICE_VERSION = 1
 GB = 10**9
 
 
@@ -43,6 +53,17 @@ class GpuSpec(BaseModel):
     # 32 GB/s (L40S).
     link_bytes_per_s: float = 450e9
     aliases: tuple[str, ...] = ()
+    # A measured device (plan/device.py) also knows its fp32 matmul rate, an engine's fixed cost per
+    # decode step that the roofline does not see (scheduling, Python, kernel launches: large on a CPU
+    # engine, hidden by CUDA graphs on a GPU) and how the figures were obtained.
+    fp32_flops: float | None = None
+    step_overhead_s: float = 0.0
+    # What a drafting step adds to that on such an engine: the drafter's own forward launch and the
+    # proposer's and rejection sampler's bookkeeping, fixed and per running request (vLLM CPU's DFlash
+    # path roughly doubles the step at batch 1 and grows with the batch; benchmarks/bench_speculation.py).
+    draft_step_overhead_s: float = 0.0
+    draft_request_overhead_s: float = 0.0
+    measured: str | None = None
 
     def peak_flops(self, weights: str) -> float:
         """The tensor-core peak a step runs at with `weights`: FP8/FP4 weights use FP8/FP4 math where the
@@ -79,10 +100,55 @@ def gpu_names() -> list[str]:
 
 
 def find_gpu(name: str, flag: str = "--gpu", instead: str = "--gpu-bandwidth, --gpu-memory and --gpu-tflops") -> GpuSpec:
-    """The catalogue entry for `name` (case and `_`/space insensitive, aliases accepted)."""
+    """The catalogue entry for `name` (case and `_`/space insensitive, aliases accepted), or the device
+    a `plan device --measure` file holds when `name` is the path of one."""
+    if is_device_path(name):
+        return load_device(name, flag)
     key = str(name).strip().lower().replace("_", "-").replace(" ", "-")
     for gpu in GPUS:
         if key == gpu.name or key in gpu.aliases:
             return gpu
     raise InputError(f"{flag} {name!r}: unknown GPU (known: {', '.join(gpu_names())}); "
-                     f"or give {instead}")
+                     f"or a device file from `draftsmith plan device --measure`, or give {instead}")
+
+
+def is_device_path(name: Any) -> bool:
+    """Whether `--gpu` names a device file rather than a catalogue entry."""
+    text = str(name)
+    return text.endswith(".json") or os.sep in text or Path(text).is_file()
+
+
+def load_device(path: str | Path, flag: str = "--gpu") -> GpuSpec:
+    """The `GpuSpec` a device file holds, or one line naming the file and what is wrong with it."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{flag} {path}: no such device file (write one with `draftsmith plan device --measure --out "
+                         f"{path}`)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InputError(f"{flag} {path}: not a device file: {error}") from None
+    if not isinstance(data, dict) or data.get("kind") != DEVICE_KIND:
+        found = data.get("kind") if isinstance(data, dict) else type(data).__name__
+        raise InputError(f"{flag} {path}: not a device file (field 'kind' is {found!r}, expected {DEVICE_KIND!r})")
+    if data.get("version") != DEVICE_VERSION:
+        raise InputError(f"{flag} {path}: unsupported device file version {data.get('version')!r} "
+                         f"(this reads {DEVICE_VERSION})")
+    fields = {key: value for key, value in data.items() if key not in ("kind", "version")}
+    try:
+        device = GpuSpec(**fields)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "entry"
+        raise InputError(f"{flag} {path}: field {where!r}: {first['msg']}") from None
+    for field in ("memory_bytes", "bandwidth_bytes_per_s", "bf16_flops"):
+        if not getattr(device, field) > 0:
+            raise InputError(f"{flag} {path}: field {field!r} must be positive, got {getattr(device, field)!r}")
+    for field in ("step_overhead_s", "draft_step_overhead_s", "draft_request_overhead_s"):
+        if getattr(device, field) < 0:
+            raise InputError(f"{flag} {path}: field {field!r} must be 0 or more, got {getattr(device, field)!r}")
+    return device
+
+
+def device_dict(device: GpuSpec) -> dict[str, Any]:
+    return {"kind": DEVICE_KIND, "version": DEVICE_VERSION, **device.model_dump(mode="json")}

@@ -1,0 +1,217 @@
+"""`plan speculation` against a real engine here: vLLM CPU serves the tiny target plainly, with the
+demo's trained DFlash drafter at several K, and with n-gram (prompt lookup); `draftsmith bench`
+measures output tok/s and vLLM's own per-position acceptance at each concurrency; `plan speculation`
+predicts the same from this machine's measured device and that acceptance. Prints predicted against
+measured tok/s and the best K of each.
+
+    PYTHONPATH=src python benchmarks/bench_speculation.py                       # K 1,2,4,7 x concurrency 1,8
+    PYTHONPATH=src python benchmarks/bench_speculation.py --ks 3 --concurrency 1,4 --requests 8 \\
+        --max-tokens 48 --export DIR --json out.json                            # the CI-sized run
+
+The roofline alone sees bytes and FLOPs; a CPU engine serving a 0.2M-parameter model spends its step
+on fixed costs (scheduling, Python, sampling, the API server) that GPUs hide behind CUDA graphs and
+larger models. So the device entry carries a per-step overhead, calibrated on ONE point (plain decode
+at the lowest concurrency: measured step time minus the roofline's), and every other point (each K,
+each concurrency, n-gram) is a prediction. The table shows the roofline-only prediction beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def log(message: str) -> None:
+    print(f"[bench_speculation {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def _ints(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def serve_and_bench(target: Path, spec: dict | None, prompts: Path, concurrency: list[int], requests: int,
+                    max_tokens: int, out: Path, logs: Path) -> dict:
+    """Start vLLM (with `spec` as its --speculative-config), bench it, stop it; the bench JSON."""
+    from draftsmith.bench import run_bench
+    from draftsmith.bench.config import BenchConfig
+    from draftsmith.engines import vllm_server
+
+    name = "plain" if spec is None else f"{spec['method']}-k{spec['num_speculative_tokens']}"
+    extra = [] if spec is None else ["--speculative-config", json.dumps(spec)]
+    # A shared 2-core machine can take minutes to start vLLM (240 s was not enough under load).
+    server = vllm_server(target, extra_args=extra, log_path=logs / f"vllm-{name}.log", startup_timeout_s=900)
+    began = time.monotonic()
+    with server:
+        log(f"{name}: vLLM ready in {time.monotonic() - began:.0f} s; benching concurrency {concurrency}")
+        result = run_bench(BenchConfig(prompts=[str(prompts)], endpoint=server.api_url, concurrencies=tuple(concurrency),
+                                       requests_per_level=requests, max_tokens=max_tokens, temperature=0.0, top_p=None,
+                                       target=target, stream=False, metrics_interval_s=0.1))
+    result.save(out)
+    return json.loads(out.read_text())
+
+
+def _level(bench: dict, concurrency: int) -> dict:
+    return next(row for row in bench["results"] if row["concurrency"] == concurrency)
+
+
+def predict(target: Path, export: str, device_file: Path, acceptance: Path, ngram: Path | None, ks: list[int],
+            concurrency: list[int], prompt_mean: float, output_mean: float, overhead: str | None = None):
+    from draftsmith.plan.speculation import SpeculationPlanConfig, make_speculation_plan
+
+    return make_speculation_plan(SpeculationPlanConfig(
+        model_config_path=str(target), drafter=export, gpu=str(device_file), acceptance_from=str(acceptance),
+        ngram_from=str(ngram) if ngram else None, draft_tokens=",".join(map(str, ks)),
+        concurrency=",".join(map(str, concurrency)), prompt_mean=f"{prompt_mean:.0f}", output_mean=f"{output_mean:.0f}",
+        weights="fp32", engine="vllm", step_overhead=overhead))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ks", default="1,2,4,7", help="num_speculative_tokens to serve the drafter at")
+    parser.add_argument("--ngram-k", type=int, default=None, help="n-gram num_speculative_tokens (the largest --ks)")
+    parser.add_argument("--concurrency", default="1,8")
+    parser.add_argument("--requests", type=int, default=24, help="requests per level")
+    parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--prompts", type=int, default=48, help="synthetic prompts (tiny target's tasks)")
+    parser.add_argument("--export", default=None, help="a DFlash export of the tiny target (default: run a small demo)")
+    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
+    parser.add_argument("--reuse", action="store_true", help="reuse the bench JSONs already in --workdir")
+    args = parser.parse_args(argv)
+
+    from draftsmith.plan.device import device_dict, measure_device
+    from draftsmith.tiny import build_tiny_target, synthetic_prompts
+
+    ks, concurrency = _ints(args.ks), _ints(args.concurrency)
+    ngram_k = args.ngram_k or max(ks)
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-speculation-"))
+    work.mkdir(parents=True, exist_ok=True)
+    target = build_tiny_target(log=log)
+    export = args.export
+    if export is None:
+        from draftsmith.demo import DemoConfig, run_demo
+
+        log("training the demo's drafter (the small demo of tests/conftest.py)")
+        export = run_demo(DemoConfig(workdir=work / "demo", train_prompts=160, eval_prompts=6, train_steps=120,
+                                     eval_max_new_tokens=96, threads=1), log=lambda message: None).export_dir
+    block = json.loads((Path(export) / "config.json").read_text())["block_size"]
+    if max(ks) > block - 1:
+        raise SystemExit(f"--ks {max(ks)} is beyond the drafter's block ({block})")
+
+    log("measuring this machine as a device entry")
+    device = measure_device("cpu")
+    log(f"device: copy {device.bandwidth_bytes_per_s / 1e9:.1f} GB/s, fp32 {device.fp32_flops / 1e9:.1f} GFLOP/s, "
+        f"bf16 {device.bf16_flops / 1e9:.1f} GFLOP/s")
+    prompts = work / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps(row) + "\n" for row in synthetic_prompts(args.prompts, seed=11)))
+
+    runs: list[tuple[str, int, dict | None]] = [("none", 0, None)]
+    runs += [("dflash", k, {"method": "dflash", "model": str(export), "num_speculative_tokens": k}) for k in ks]
+    runs.append(("ngram", ngram_k, {"method": "ngram", "num_speculative_tokens": ngram_k, "prompt_lookup_max": 3,
+                                    "prompt_lookup_min": 1}))
+    benches: dict[tuple[str, int], dict] = {}
+    files: dict[tuple[str, int], Path] = {}
+    for method, k, spec in runs:
+        files[(method, k)] = work / f"bench-{method}-k{k}.json"
+        if args.reuse and files[(method, k)].is_file():
+            log(f"{method} K={k}: reusing {files[(method, k)]}")
+            benches[(method, k)] = json.loads(files[(method, k)].read_text())
+            continue
+        benches[(method, k)] = serve_and_bench(target, spec, prompts, concurrency, args.requests, args.max_tokens,
+                                               files[(method, k)], work)
+
+    # Lengths the plan's live context comes from: the tiny target's prompts are a few dozen tokens.
+    plain = benches[("none", 0)]
+    output_mean = sum(_level(plain, c)["mean_output_tokens"] for c in concurrency) / len(concurrency)
+    prompt_mean = 40.0
+    # The profile a user has: vLLM's own, from the largest K served (its first positions cover every smaller K).
+    acceptance, ngram = files[("dflash", max(ks))], files[("ngram", ngram_k)]
+    device_file = work / "device.json"
+    device_file.write_text(json.dumps(device_dict(device)))
+    roofline = predict(target, export, device_file, acceptance, ngram, ks, concurrency, prompt_mean, output_mean, "0s")
+    low = min(concurrency)
+    measured_plain_step = 1 / _level(plain, low)["output_tokens_per_s"] * low
+    roofline_plain_step = roofline.plans[0].no_speculation.step_time_s
+    overhead = max(measured_plain_step - roofline_plain_step, 0.0)
+    calibrated = device.model_copy(update={"step_overhead_s": overhead})
+    device_file.write_text(json.dumps(device_dict(calibrated)))
+    log(f"step overhead calibrated on plain decode at concurrency {low}: {overhead * 1e3:.3f} ms "
+        f"(measured step {measured_plain_step * 1e3:.3f} ms, roofline {roofline_plain_step * 1e3:.4f} ms)")
+    # A drafting step costs more than a plain one on vLLM CPU (the drafter's forward, the proposer's and the
+    # rejection sampler's Python): calibrated on the smallest K at the lowest and highest concurrency, as a
+    # fixed part and a part per running request; the larger K and n-gram stay predictions.
+    first = predict(target, export, device_file, acceptance, ngram, ks, concurrency, prompt_mean, output_mean)
+    extra = {}
+    for entry in first.plans:
+        c = entry.concurrency
+        level = _level(benches[("dflash", min(ks))], c)
+        tau = (level.get("engine_metrics") or {}).get("spec_acceptance") or entry.drafter[0].tau
+        extra[c] = c * tau / level["output_tokens_per_s"] - entry.drafter[0].step_time_s
+    high = max(concurrency)
+    per_request = max((extra[high] - extra[low]) / (high - low), 0.0) if high > low else 0.0
+    fixed = max(extra[low] - low * per_request, 0.0)
+    calibrated = calibrated.model_copy(update={"draft_step_overhead_s": fixed, "draft_request_overhead_s": per_request})
+    device_file.write_text(json.dumps(device_dict(calibrated)))
+    log(f"drafting step overhead calibrated on K={min(ks)}: {fixed * 1e3:.3f} ms + {per_request * 1e3:.3f} ms per request")
+    plan = predict(target, export, device_file, acceptance, ngram, ks, concurrency, prompt_mean, output_mean)
+
+    rows = []
+    for with_overhead, bare in zip(plan.plans, roofline.plans):
+        c = with_overhead.concurrency
+        options = [(with_overhead.no_speculation, bare.no_speculation)]
+        options += list(zip(with_overhead.drafter, bare.drafter))
+        options += [(a, b) for a, b in zip(with_overhead.ngram, bare.ngram) if a.draft_tokens == ngram_k]
+        for option, bare_option in options:
+            level = _level(benches[(option.method if option.method != "none" else "none", option.draft_tokens)], c)
+            metrics = level.get("engine_metrics") or {}
+            measured_tau = metrics.get("spec_acceptance") or 1.0
+            rows.append({
+                "concurrency": c, "method": option.method, "k": option.draft_tokens,
+                "measured_tokens_per_s": level["output_tokens_per_s"], "measured_tau": measured_tau,
+                "running_mean": metrics.get("running_mean"),
+                "measured_step_ms": 1e3 * c * measured_tau / level["output_tokens_per_s"],
+                "predicted_tau": option.tau, "predicted_tokens_per_s": option.tokens_per_s,
+                "predicted_step_ms": 1e3 * option.step_time_s,
+                "roofline_tokens_per_s": bare_option.tokens_per_s,
+                "ratio": option.tokens_per_s / level["output_tokens_per_s"],
+                "acceptance_per_position": metrics.get("spec_acceptance_per_position"),
+            })
+    best = []
+    for c in concurrency:
+        mine = [row for row in rows if row["concurrency"] == c and row["method"] == "dflash"]
+        measured_best = max(mine, key=lambda row: row["measured_tokens_per_s"])["k"]
+        predicted_best = max(mine, key=lambda row: row["predicted_tokens_per_s"])["k"]
+        best.append({"concurrency": c, "measured_best_k": measured_best, "predicted_best_k": predicted_best,
+                     "neighbours": abs(ks.index(measured_best) - ks.index(predicted_best)) <= 1})
+
+    print(f"device: {device.title}; copy {device.bandwidth_bytes_per_s / 1e9:.1f} GB/s, fp32 matmul "
+          f"{device.fp32_flops / 1e9:.1f} GFLOP/s; step overhead {overhead * 1e3:.3f} ms (calibrated on plain decode, "
+          f"concurrency {low}); a drafting step adds {fixed * 1e3:.3f} ms + {per_request * 1e3:.3f} ms per request "
+          f"(calibrated on K={min(ks)} at concurrency {low} and {high})")
+    print(f"drafter acceptance per position (vLLM, K={max(ks)}): "
+          + ", ".join(f"{value:.2f}" for value in plan.acceptance.per_position))
+    header = ("conc", "method", "K", "tau meas", "tau pred", "step ms meas", "step ms pred", "tok/s meas",
+              "tok/s pred", "pred/meas", "roofline-only tok/s")
+    print(" | ".join(header))
+    for row in rows:
+        print(" | ".join([str(row["concurrency"]), row["method"], str(row["k"]), f"{row['measured_tau']:.2f}",
+                          f"{row['predicted_tau']:.2f}", f"{row['measured_step_ms']:.2f}", f"{row['predicted_step_ms']:.2f}",
+                          f"{row['measured_tokens_per_s']:.0f}", f"{row['predicted_tokens_per_s']:.0f}",
+                          f"{row['ratio']:.2f}", f"{row['roofline_tokens_per_s']:,.0f}"]))
+    for entry in best:
+        print(f"concurrency {entry['concurrency']}: best K measured {entry['measured_best_k']}, predicted "
+              f"{entry['predicted_best_k']}" + ("" if entry["neighbours"] else "  (NOT neighbours)"))
+    if args.json:
+        args.json.write_text(json.dumps({"device": device_dict(calibrated), "step_overhead_s": overhead,
+                                         "draft_step_overhead_s": fixed, "draft_request_overhead_s": per_request,
+                                         "acceptance": plan.acceptance.per_position, "rows": rows, "best": best,
+                                         "output_mean": output_mean, "export": str(export)}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
