@@ -1,0 +1,70 @@
+"""`generate` finishes against a busy real llama-server: few slots, long answers, more requests than
+slots, a loaded CPU, and nothing cancelled.
+
+llama-server serves HTTP from `-np` + 2 threads; a request waiting for a slot holds one, so with more
+requests than that its `/health` waits behind them. `generate` used to call it down after one slow
+health check, cancel every request and send them again, forever (0 of 48 rows in 4 minutes).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from .test_generate_engines import cli_env, complete_rows, write_prompts
+
+pytestmark = pytest.mark.timeout(600)
+
+SLOTS = 2
+ANSWER_TOKENS = 768  # long enough that one answer outlasts the health checks' patience below
+
+
+@pytest.fixture
+def loaded_cpu():
+    """A process spinning on the machine for the whole test, as another user's job would."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield spinner
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
+@pytest.mark.parametrize("concurrency", [None, 6], ids=["default", "more-than-slots"])
+def test_generate_finishes_every_row_on_a_busy_llama_server_and_cancels_nothing(
+    tmp_path, make_llama_server, loaded_cpu, concurrency
+):
+    engine = make_llama_server(parallel=SLOTS, threads=1).start()
+    prompts = tmp_path / "prompts.jsonl"
+    ids = write_prompts(prompts, 6)
+    out = tmp_path / "out"
+    argv = [
+        sys.executable, "-m", "draftsmith", "generate", str(prompts), "-o", str(out), "-e", engine.api_url,
+        "--no-progress", "--json", "--temperature", "0", "--max-tokens", str(ANSWER_TOKENS),
+        "--extra-body", '{"ignore_eos": true}',  # every answer runs to --max-tokens: long, and all alike
+        "--max-length-finish", "1.0", "--warn-length-finish", "1.0",
+        # Tighter than the defaults (10 s, 5 s): a slow health check is met sooner and more often.
+        "--health-interval", "1", "--health-timeout-s", "1", "--endpoint-wait", "60",
+    ]  # fmt: skip
+    if concurrency is not None:
+        argv += ["--concurrency", str(concurrency)]
+    try:
+        result = subprocess.run(argv, env=cli_env(), capture_output=True, text=True, timeout=420)
+    except subprocess.TimeoutExpired as error:
+        pytest.fail(f"generate did not finish against a busy llama-server:\n{error.stderr}")
+    stderr = " ".join(result.stderr.split())
+    assert result.returncode == 0, result.stderr[-4000:]
+    summary = json.loads(result.stdout)
+    assert summary["ok"] and summary["done"] == 6, summary
+    assert summary["requeued"] == 0 and summary["retries"] == 0, stderr  # no request cancelled, none resent
+    assert "is down" not in stderr, stderr
+    if concurrency is None:  # the default: what the engine runs at once, read from its /props
+        assert f"concurrency {SLOTS} on {engine.base_url}" in stderr, stderr
+    else:
+        assert f"--concurrency 6 is more than the {SLOTS} requests {engine.base_url} runs at once" in stderr, stderr
+    rows = complete_rows(out)
+    assert sorted(row["id"] for row in rows) == sorted(ids)
+    assert all(row["completion_tokens"] == ANSWER_TOKENS and row["finish_reason"] == "length" for row in rows)
