@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from .test_generate_engines import cli_env, complete_rows, write_prompts
+from test_generate_engines import cli_env, complete_rows, write_prompts
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -68,3 +68,19 @@ def test_generate_finishes_every_row_on_a_busy_llama_server_and_cancels_nothing(
     rows = complete_rows(out)
     assert sorted(row["id"] for row in rows) == sorted(ids)
     assert all(row["completion_tokens"] == ANSWER_TOKENS and row["finish_reason"] == "length" for row in rows)
+
+
+def test_the_slots_of_vllm_are_its_max_num_seqs(tiny_target_dir, start_vllm):
+    """vLLM 0.32 puts no max_num_seqs on /metrics; with VLLM_SERVER_DEV_MODE=1 its /server_info has it."""
+    import asyncio
+
+    from draftsmith.client.chat import ChatClient
+
+    server = start_vllm(tiny_target_dir, "dev-mode", env={"VLLM_SERVER_DEV_MODE": "1"},
+                        extra_args=["--max-num-seqs", "5"], startup_timeout_s=480)
+
+    async def slots() -> int | None:
+        async with ChatClient() as client:
+            return await client.engine_slots(server.base_url)
+
+    assert asyncio.run(slots()) == 5
