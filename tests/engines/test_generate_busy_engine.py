@@ -1,9 +1,9 @@
 """`generate` finishes against a busy real llama-server: few slots, long answers, more requests than
 slots, a loaded CPU, and nothing cancelled.
 
-llama-server serves HTTP from `-np` + 2 threads; a request waiting for a slot holds one, so with more
-requests than that its `/health` waits behind them. `generate` used to call it down after one slow
-health check, cancel every request and send them again, forever (0 of 48 rows in 4 minutes).
+A busy llama-server answers `/health` slowly (its HTTP threads starved of CPU, or, in older builds,
+queued behind requests waiting for a slot). `generate` used to call it down after one health check
+slower than 5 s, cancel every request and send them again, forever (0 of 48 rows in 4 minutes).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from test_generate_engines import cli_env, complete_rows, write_prompts
 pytestmark = pytest.mark.timeout(600)
 
 SLOTS = 2
-ANSWER_TOKENS = 768  # long enough that one answer outlasts the health checks' patience below
+ANSWER_TOKENS = 1024  # every answer is this long: the run outlasts several health checks
 
 
 @pytest.fixture
@@ -37,7 +37,9 @@ def loaded_cpu():
 def test_generate_finishes_every_row_on_a_busy_llama_server_and_cancels_nothing(
     tmp_path, make_llama_server, loaded_cpu, concurrency
 ):
-    engine = make_llama_server(parallel=SLOTS, threads=1).start()
+    # Two threads on two cores beside a spinning process, as the launcher's old default ran a real
+    # model: its HTTP threads get little CPU, and /health answers slowly (16 s was measured).
+    engine = make_llama_server(parallel=SLOTS, threads=2).start()
     prompts = tmp_path / "prompts.jsonl"
     ids = write_prompts(prompts, 6)
     out = tmp_path / "out"
@@ -45,9 +47,7 @@ def test_generate_finishes_every_row_on_a_busy_llama_server_and_cancels_nothing(
         sys.executable, "-m", "draftsmith", "generate", str(prompts), "-o", str(out), "-e", engine.api_url,
         "--no-progress", "--json", "--temperature", "0", "--max-tokens", str(ANSWER_TOKENS),
         "--extra-body", '{"ignore_eos": true}',  # every answer runs to --max-tokens: long, and all alike
-        "--max-length-finish", "1.0", "--warn-length-finish", "1.0",
-        # Tighter than the defaults (10 s, 5 s): a slow health check is met sooner and more often.
-        "--health-interval", "1", "--health-timeout-s", "1", "--endpoint-wait", "60",
+        "--max-length-finish", "1.0", "--warn-length-finish", "1.0",  # the rest on the defaults, health checks too
     ]  # fmt: skip
     if concurrency is not None:
         argv += ["--concurrency", str(concurrency)]

@@ -112,10 +112,10 @@ class GenerateConfig(BaseModel):
         10.0, gt=0, description="seconds between endpoint health checks"
     )
     health_timeout_s: float = Field(
-        5.0, gt=0,
+        30.0, gt=0,
         description="a /health check unanswered within this counts as unanswered; two in a row with nothing else "
-        "from the endpoint for this long (longer while it queues requests) make it hung: its stalled requests are "
-        "cancelled and requeued on the others (a busy engine answering slowly is alive)",
+        "from the endpoint for this long (and for twice its longest request) make it hung: its stalled requests "
+        "are cancelled and requeued on the others (a busy engine answering slowly is alive)",
     )  # fmt: skip
     endpoint_wait_s: Annotated[float, cli("--endpoint-wait")] = Field(
         600.0, ge=0, description="how long to wait while no endpoint is healthy (at start or mid-run) before stopping"

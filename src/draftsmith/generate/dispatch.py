@@ -11,11 +11,11 @@ even an error status) is a sign of life. It is marked down only when
 
 * it refuses connections: a request's connection error, confirmed by a health check that cannot
   connect either, or a health check that answers "not ready" (non-200); or
-* it is hung: two health checks in a row went unanswered and nothing else came back from it for
-  ``health_timeout_s``. Where a check may wait behind requests (it holds more requests than its
-  slots, or it does not say how many it has), nothing may have come back for twice the longest
-  request it has answered; while it queues before answering one, only the requests' own timeout
-  decides.
+* it is hung: two health checks in a row went unanswered (each waits ``health_timeout_s``, 30 s:
+  a CPU-starved llama-server took 16 s to answer one) and nothing else came back from it for that
+  long, nor for twice the longest request it has answered. While it holds more requests than its
+  slots, before it answered one, only the requests' own timeout decides (an engine whose HTTP
+  threads are all held by waiting requests answers no check until one finishes).
 
 Going down cancels only its requests that are not progressing (no sign of life from them within
 ``health_timeout_s``); a stream still producing tokens runs on. The rest are requeued by the
@@ -153,11 +153,10 @@ class Dispatcher:
             return None
         silent = (time.monotonic() if now is None else now) - endpoint.last_seen
         if endpoint.queueing and not endpoint.longest_request_s:
-            return None  # its first requests are still running: their own timeout decides
-        if endpoint.slots is not None and not endpoint.queueing:
-            patience = self.health_timeout_s  # a free server thread answers /health at once
-        else:  # a health check may wait behind requests: give them the time requests take here
-            patience = max(self.health_timeout_s, 2 * endpoint.longest_request_s)
+            return None  # its checks wait behind its first requests, still running: their timeout decides
+        # Its requests may be silent as long as requests take here (a non-streamed answer says
+        # nothing until it is whole).
+        patience = max(self.health_timeout_s, 2 * endpoint.longest_request_s)
         if silent <= patience:
             return None
         return (f"hung: {endpoint.unanswered_checks} health checks unanswered and nothing from it for "
