@@ -19,7 +19,7 @@ from test_generate_engines import cli_env, complete_rows, write_prompts
 pytestmark = pytest.mark.timeout(600)
 
 SLOTS = 2
-ANSWER_TOKENS = 1024  # every answer is this long: the run outlasts several health checks
+ANSWER_TOKENS = 2048  # every answer is this long: the run outlasts several health checks
 
 
 @pytest.fixture
@@ -37,9 +37,8 @@ def loaded_cpu():
 def test_generate_finishes_every_row_on_a_busy_llama_server_and_cancels_nothing(
     tmp_path, make_llama_server, loaded_cpu, concurrency
 ):
-    # Two threads on two cores beside a spinning process, as the launcher's old default ran a real
-    # model: its HTTP threads get little CPU, and /health answers slowly (16 s was measured).
-    engine = make_llama_server(parallel=SLOTS, threads=2).start()
+    # One thread: on this loaded 2-core machine two ran 256 tokens in 19.1 s against 0.5 s.
+    engine = make_llama_server(parallel=SLOTS, threads=1).start()
     prompts = tmp_path / "prompts.jsonl"
     ids = write_prompts(prompts, 6)
     out = tmp_path / "out"
@@ -67,7 +66,10 @@ def test_generate_finishes_every_row_on_a_busy_llama_server_and_cancels_nothing(
         assert f"--concurrency 6 is more than the {SLOTS} requests {engine.base_url} runs at once" in stderr, stderr
     rows = complete_rows(out)
     assert sorted(row["id"] for row in rows) == sorted(ids)
-    assert all(row["completion_tokens"] == ANSWER_TOKENS and row["finish_reason"] == "length" for row in rows)
+    # Every answer ran to --max-tokens (the row's count leaves out a few of the tokens the cap counts).
+    assert all(row["finish_reason"] == "length" and row["completion_tokens"] > 0.9 * ANSWER_TOKENS for row in rows), [
+        (row["completion_tokens"], row["finish_reason"]) for row in rows]
+
 
 
 def test_the_slots_of_vllm_are_its_max_num_seqs(tiny_target_dir, start_vllm):
