@@ -27,3 +27,15 @@ def test_the_row_size_limit_defaults_to_64_mib_and_the_environment_sets_it(monke
     monkeypatch.setenv("DRAFTSMITH_MAX_ROW_BYTES", "lots")
     with pytest.raises(InputError, match="DRAFTSMITH_MAX_ROW_BYTES='lots'"):
         max_row_bytes()
+
+
+def test_the_default_thread_count_leaves_busy_cpus_to_their_load():
+    from draftsmith.core.limits import threads_for_load
+
+    assert threads_for_load(cpus=2, load=0.1)[0] == 2  # an idle machine: every CPU
+    assert threads_for_load(cpus=2, load=1.0)[0] == 1  # one busy process: the idle one
+    assert threads_for_load(cpus=2, load=7.5)[0] == 1  # never below one
+    assert threads_for_load(cpus=16, load=4.2)[0] == 12
+    threads, why = threads_for_load(cpus=2, load=1.7)
+    assert threads == 1 and "2 CPUs, 1-minute load 1.7" in why and "--threads" in why
+    assert 1 <= threads_for_load()[0] <= len(os.sched_getaffinity(0))  # this machine, as it is now

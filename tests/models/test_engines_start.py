@@ -16,7 +16,7 @@ from pathlib import Path
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
-def _start(*args: str) -> tuple[subprocess.Popen, str, Path]:
+def _start(*args: str) -> tuple[subprocess.Popen, str, Path, list[str]]:
     process = subprocess.Popen([sys.executable, "-m", "draftsmith.engines", "start", "llama-server", *args],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONPATH": SRC})
@@ -24,8 +24,11 @@ def _start(*args: str) -> tuple[subprocess.Popen, str, Path]:
     if not ready:
         process.wait(timeout=30)
         raise AssertionError(process.stderr.read())
-    log = Path(re.search(r"\(log: (\S+)\)", process.stderr.readline()).group(1))
-    return process, ready, log
+    said = []  # stderr up to "starting llama-server (log: PATH) ...": the thread count chosen, where it was
+    while not (found := re.search(r"\(log: (\S+)\)", said[-1] if said else "")):
+        said.append(process.stderr.readline())
+        assert said[-1], said
+    return process, ready, Path(found.group(1)), said
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -42,7 +45,7 @@ def test_a_fetched_gguf_is_served_under_its_name_with_the_threads_asked_for(smol
         llama_server(smollm2.gguf)  # only resolves the binary
     except EngineNotInstalled as error:
         unavailable(str(error))
-    process, ready, log = _start("--model", str(smollm2.gguf), "--threads", "2")
+    process, ready, log, said = _start("--model", str(smollm2.gguf), "--threads", "2")
     try:
         assert ready.rstrip().endswith("(model 'smollm2-135m')"), ready
         url = re.search(r"(http://\S+/v1)", ready).group(1)
@@ -52,8 +55,14 @@ def test_a_fetched_gguf_is_served_under_its_name_with_the_threads_asked_for(smol
         assert " -t 2 " in command and " -a smollm2-135m " in command, command
     finally:
         _stop(process)
-    process, ready, _ = _start("--model", str(smollm2.gguf), "--name", "mine")
+    process, ready, log, said = _start("--model", str(smollm2.gguf), "--name", "mine")
     try:
         assert ready.rstrip().endswith("(model 'mine')"), ready
+        # Without --threads: one per CPU the machine's load leaves idle, said on stderr and used.
+        (chosen,) = [line for line in said if line.startswith("llama-server threads: ")]
+        threads = int(chosen.split()[2])
+        assert "1-minute load" in chosen and 1 <= threads <= len(os.sched_getaffinity(0)), chosen
+        command = [line for line in log.read_text().splitlines() if line.startswith("==== draftsmith: starting")][-1]
+        assert f" -t {threads} " in command, command
     finally:
         _stop(process)

@@ -24,7 +24,9 @@ import datetime
 import email.utils
 import json
 import math
+import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -47,6 +49,11 @@ class ClientError(Exception):
 
 class EndpointConnectionError(ClientError):
     """Connection refused, reset or closed before a full response."""
+
+
+class AnswerTimeout(EndpointConnectionError):
+    """A GET (a health check, /props, /metrics) got no answer within its timeout: the endpoint may
+    be hung, or busy and queueing it; unlike a refused connection, not proof that it is gone."""
 
 
 class RequestTimeout(ClientError):
@@ -364,6 +371,37 @@ def chat_payload(model: str, max_tokens: int, *, stream: bool = False, temperatu
     return payload
 
 
+def _nothing() -> None:
+    pass
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        body = json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _slots_from_props(text: str) -> int | None:
+    """llama-server's `/props`: ``total_slots`` (its ``-np``)."""
+    return _count(_json_object(text).get("total_slots")) or None
+
+
+def _max_num_seqs_from_server_info(text: str) -> int | None:
+    """vLLM's `/server_info?config_format=json`: ``vllm_config.scheduler_config.max_num_seqs``."""
+    config = _json_object(text).get("vllm_config")
+    scheduler = config.get("scheduler_config") if isinstance(config, dict) else None
+    return _count(scheduler.get("max_num_seqs")) or None if isinstance(scheduler, dict) else None
+
+
+def max_num_seqs_from_metrics(text: str) -> int | None:
+    """vLLM's ``max_num_seqs`` from its Prometheus text, where an info metric carries it as a label
+    (e.g. ``vllm:cache_config_info{...,max_num_seqs="256",...} 1.0``); None when none does."""
+    match = re.search(r'[{,]\s*max_num_seqs="(\d+)"', text)
+    return int(match.group(1)) if match and int(match.group(1)) > 0 else None
+
+
 def _chat_url(base_url: str) -> str:
     return base_url + "/v1/chat/completions"
 
@@ -446,6 +484,8 @@ class ChatClient:
         try:
             async with self.session.get(url, headers=self.headers, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
                 return response.status, (await response.read()).decode("utf-8", "replace")
+        except asyncio.TimeoutError:  # before ClientConnectionError: aiohttp's ServerTimeoutError is both
+            raise AnswerTimeout(f"{redact_url(url)}: no answer within {timeout_s:g}s") from None
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError, asyncio.TimeoutError) as error:
             raise EndpointConnectionError(f"{redact_url(url)}: {type(error).__name__}: {redact(str(error))}") from None
 
@@ -483,12 +523,35 @@ class ChatClient:
                     raise
         raise AssertionError("unreachable")
 
-    async def chat(self, base_url: str, payload: dict[str, Any]) -> ChatResult:
-        """POST one chat completion; streams when ``payload["stream"]`` is true."""
+    async def engine_slots(self, base_url: str, timeout_s: float = 5.0) -> int | None:
+        """How many requests the engine at `base_url` runs at once, where it says: llama-server's
+        `/props` ``total_slots``; vLLM's ``max_num_seqs`` from `/metrics` where an info metric carries
+        it, else from `/server_info` (served with ``VLLM_SERVER_DEV_MODE=1``); None when none tells."""
+        base = base_url.rstrip("/")
+        for path, read in (("/props", _slots_from_props), ("/metrics", max_num_seqs_from_metrics),
+                           ("/server_info?config_format=json", _max_num_seqs_from_server_info)):  # fmt: skip
+            try:
+                status, text = await self.get_text(base + path, timeout_s)
+            except EndpointConnectionError:
+                return None
+            slots = read(text) if status == 200 else None
+            if slots:
+                return slots
+        return None
+
+    async def chat(self, base_url: str, payload: dict[str, Any],
+                   on_progress: Callable[[], None] | None = None) -> ChatResult:  # fmt: skip
+        """POST one chat completion; streams when ``payload["stream"]`` is true.
+
+        ``on_progress()`` is called whenever something of the answer arrives (its status line, each
+        streamed line, the whole body): the caller's evidence that the engine is working on it.
+        """
+        progress = on_progress or _nothing
         start = time.perf_counter()
         data = json.dumps(payload).encode("utf-8")
         try:
             async with await self._post(_chat_url(base_url), data) as response:
+                progress()
                 if response.status != 200:
                     text = (await response.read()).decode("utf-8", "replace")
                     message = text[:500]
@@ -499,8 +562,9 @@ class ChatClient:
                     retry_after = parse_retry_after(response.headers.get("Retry-After"))
                     raise HTTPStatusError(response.status, str(message), retry_after)
                 if payload.get("stream"):
-                    return await self._read_stream(response, start)
+                    return await self._read_stream(response, start, progress)
                 raw = await response.read()
+                progress()
         except asyncio.TimeoutError:  # before ClientConnectionError: aiohttp's ServerTimeoutError is both
             raise RequestTimeout(f"{redact_url(base_url)}: no complete answer within {self.timeout_s:g}s") from None
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError) as error:
@@ -510,9 +574,11 @@ class ChatClient:
         except ResponseFormatError as error:
             raise ResponseFormatError(f"{redact_url(base_url)}: {error}") from None
 
-    async def _read_stream(self, response: aiohttp.ClientResponse, start: float) -> ChatResult:
+    async def _read_stream(self, response: aiohttp.ClientResponse, start: float,
+                           progress: Callable[[], None]) -> ChatResult:  # fmt: skip
         parser = StreamParser(start)
         async for line in _sse_lines(response):
+            progress()
             if parser.feed(line):
                 break
         return parser.result()

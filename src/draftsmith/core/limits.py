@@ -28,6 +28,31 @@ def workers_for(requested: int, work: int | None, *, cpu_bound: bool = False, at
     return max(min(at_least, requested), count)
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, which a container or `taskset` narrows)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+def threads_for_load(cpus: int | None = None, load: float | None = None) -> tuple[int, str]:
+    """A default thread count for compute that synchronises its threads every step (llama.cpp's
+    spinning barriers, torch's intra-op pools): one per CPU that the machine's 1-minute load leaves
+    idle, at least one. With every core, a thread that another process pushes off its core stalls
+    all the others at each barrier: on a loaded 2-core machine llama-server and eval ran about 10x
+    slower on 2 threads than on 1. Returns the count and the line that says why (for stderr).
+    """
+    cpus = usable_cpus() if cpus is None else cpus
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):  # no load average on this platform
+            return cpus, f"{cpus} (every CPU: this platform reports no load; --threads N to choose)"
+    threads = max(1, min(cpus, int(cpus - load + 0.5)))
+    return threads, (f"{threads} ({cpus} CPUs, 1-minute load {load:.1f}: one per idle CPU; "
+                     f"--threads N to choose)")
+
+
 def max_row_bytes(configured: int | None = None) -> int:
     """The row-size limit: ``configured`` when given, else ``$DRAFTSMITH_MAX_ROW_BYTES``, else the default."""
     if configured is not None:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from draftsmith.engines.install import llama_server_binary, vllm_python
 from draftsmith.core.errors import DraftsmithError
+from draftsmith.core.limits import threads_for_load
 
 LOCALHOST = "127.0.0.1"
 
@@ -408,6 +409,16 @@ def _resolve_model(name: str | None, engine: str, log) -> tuple[Path, str]:
     return model, served
 
 
+def _default_threads(tiny: bool, log) -> int:
+    """llama-server's threads where --threads is not given, printed with the reason."""
+    if tiny:
+        log("llama-server threads: 1 (the tiny target runs fastest on one; --threads N to choose)")
+        return 1
+    threads, why = threads_for_load()
+    log(f"llama-server threads: {why}")
+    return threads
+
+
 def main(argv: list[str] | None = None) -> int:
     """Serve the tiny target (or a model you name) on a real engine until Ctrl-C."""
     import argparse
@@ -423,7 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", help="the served model name; default: the model's own (tiny, smollm2-135m, "
                         "the folder's name or the GGUF's stem)")
     parser.add_argument("--threads", type=int, default=None,
-                        help="llama-server threads; default 1 for the tiny target, else every core")
+                        help="llama-server threads; default 1 for the tiny target, else one per CPU the "
+                        "machine's load leaves idle (printed)")
     parser.add_argument("--port", type=int, default=None)
     args = parser.parse_args(argv)
     if args.port is not None and not 1 <= args.port <= 65535:  # checked before anything is built or started
@@ -437,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.engine == "vllm":
             server = vllm_server(model, port=args.port, served_model_name=served)
         else:
-            threads = args.threads or (1 if args.model is None else (os.cpu_count() or 1))
+            threads = args.threads or _default_threads(args.model is None, log)
             server = llama_server(model, port=args.port, alias=served, threads=threads)
         print(f"starting {server.kind} (log: {server.log_path}) ...", file=sys.stderr)
         server.start()

@@ -26,17 +26,32 @@ def run_eval(config: EvalConfig, progress=None):
     from draftsmith.core.config import torch_dtype
     from draftsmith.evaluate.speculative import evaluate_drafter
 
-    if config.threads is not None:
+    device = resolve_device(config.device)
+    if device == "cpu":
+        torch.set_num_threads(config.threads or _default_threads())
+    elif config.threads is not None:
         torch.set_num_threads(config.threads)
     return evaluate_drafter(
         config.target, config.drafter, config.prompts, max_new_tokens=config.max_new_tokens,
         block_size=config.block_size, limit=config.limit, enable_thinking=config.thinking,
         dtype=torch_dtype(config.dtype), strict=False, progress=progress,
         temperature=config.temperature, seed=config.seed, split=config.split,
-        device=resolve_device(config.device), tie_tolerance=config.tie_tolerance,
+        device=device, tie_tolerance=config.tie_tolerance,
         baselines=config.baseline, ngram_max=config.ngram_max, ngram_min=config.ngram_min,
         mask_token_id=config.mask_token_id,
     )
+
+
+def _default_threads() -> int:
+    """torch's CPU threads where --threads is not given: one per CPU the machine's load leaves idle
+    (torch's own default, every core, ran about 10x slower on a loaded 2-core machine), printed."""
+    import sys
+
+    from draftsmith.core.limits import threads_for_load
+
+    threads, why = threads_for_load()
+    print(f"draftsmith eval: threads {why}", file=sys.stderr)
+    return threads
 
 
 def resolve_device(name: str) -> str:

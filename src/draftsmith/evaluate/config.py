@@ -49,7 +49,9 @@ class EvalConfig(BaseModel):
         0.0, ge=0.0, allow_inf_nan=False, description="0: greedy, output must be token-identical; above 0: speculative sampling at this T")
     seed: int = Field(0, description="sampling seed (temperature above 0)")
     out: Path | None = Field(None, description="also write the JSON report to this file")
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (1 is fastest for tiny models on busy machines)")
+    threads: int | None = Field(
+        None, ge=1, description="torch CPU threads (default on CPU: one per CPU the machine's 1-minute load leaves "
+        "idle, printed; every core runs far slower on a busy machine)")
     plot: Annotated[Path | None, cli(metavar="FILE.png")] = Field(
         None, description="also draw the acceptance-length histogram and per-position acceptance to this PNG"
     )

@@ -84,7 +84,11 @@ class GenerateConfig(BaseModel):
     extra_body: dict[str, Any] = Field(
         default_factory=dict, description='extra request fields passed through as they are (e.g. {"top_k": 20})'
     )
-    concurrency: int = Field(32, ge=1, description="most requests in flight per endpoint")
+    concurrency: int | None = Field(
+        None, ge=1,
+        description="most requests in flight per endpoint (default: what the engine runs at once: llama-server's "
+        "slots from /props, vLLM's max_num_seqs; 32 where it does not say)",
+    )  # fmt: skip
     stream: bool = Field(False, description="stream responses (SSE)")
     return_token_ids: Annotated[bool, cli("--token-ids/--no-token-ids")] = Field(
         True, description="ask for prompt/completion token ids (vLLM return_token_ids); engines that ignore it are fine"
@@ -108,9 +112,10 @@ class GenerateConfig(BaseModel):
         10.0, gt=0, description="seconds between endpoint health checks"
     )
     health_timeout_s: float = Field(
-        5.0, gt=0,
-        description="an endpoint that does not answer /health within this is down (a hung engine): its in-flight "
-        "requests are cancelled and requeued on the others",
+        30.0, gt=0,
+        description="a /health check unanswered within this counts as unanswered; two in a row with nothing else "
+        "from the endpoint for this long (and for twice its longest request) make it hung: its stalled requests "
+        "are cancelled and requeued on the others (a busy engine answering slowly is alive)",
     )  # fmt: skip
     endpoint_wait_s: Annotated[float, cli("--endpoint-wait")] = Field(
         600.0, ge=0, description="how long to wait while no endpoint is healthy (at start or mid-run) before stopping"

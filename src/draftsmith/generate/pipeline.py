@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from draftsmith.client.chat import ChatClient, EndpointConnectionError
-from draftsmith.core.asyncrun import run_async
+from draftsmith.core.asyncrun import in_daemon_thread, run_async
 from draftsmith.core.errors import DraftsmithError, InputError
 from draftsmith.core.limits import workers_for
 from draftsmith.core.lock import lock_directory
@@ -64,6 +64,38 @@ def _order(samples: list[PromptSample], order: str) -> list[PromptSample]:
     if order == "prefix":
         return sorted(samples, key=lambda s: s.prefix_key())
     return samples
+
+
+#: Requests in flight per endpoint where neither --concurrency nor the engine says how many.
+DEFAULT_CONCURRENCY = 32
+
+
+async def _fit_concurrency(client: ChatClient, dispatcher: Dispatcher, requested: int | None, todo: int, log) -> None:
+    """Each endpoint's workers: what the engine runs at once (its slots) unless --concurrency says
+    otherwise (asking for more is warned about: the rest wait in the engine's queue), 32 where the
+    engine does not say; never more than there are samples to generate."""
+    checked = [endpoint for endpoint in dispatcher.endpoints if endpoint.healthy]
+    answers = await asyncio.gather(*(client.engine_slots(e.url, dispatcher.health_timeout_s) for e in checked))
+    for endpoint, slots in zip(checked, answers):
+        endpoint.slots = slots
+    # An endpoint down at the start is most likely another copy of the same engine.
+    fallback = next((endpoint.slots for endpoint in dispatcher.endpoints if endpoint.slots), None)
+    for endpoint in dispatcher.endpoints:
+        slots = endpoint.slots
+        if requested is not None:
+            wanted = requested
+            if slots is not None and requested > slots:
+                log(f"warning: --concurrency {requested} is more than the {slots} requests {endpoint.label} runs at "
+                    f"once: {requested - slots} wait in its queue, and so do its health checks (while it queues, "
+                    f"its requests alone say whether it is alive); leave --concurrency unset to send {slots}")
+        elif slots is not None:
+            wanted = slots
+            log(f"concurrency {slots} on {endpoint.label}: the requests the engine runs at once (--concurrency to change)")
+        else:
+            wanted = fallback or DEFAULT_CONCURRENCY
+            source = "as its fellow endpoints" if fallback else "the engine does not say how many requests it runs at once"
+            log(f"concurrency {wanted} on {endpoint.label} ({source}; --concurrency to change)")
+        endpoint.capacity = workers_for(wanted, todo)
 
 
 async def _wait_for_endpoints(dispatcher: Dispatcher, wait_s: float, log) -> None:
@@ -162,7 +194,9 @@ async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) 
             console.print(f"[dim]draftsmith generate:[/] {message}", highlight=False)
 
     started = time.monotonic()
-    samples, duplicate_ids = load_prompts(config.inputs, config.split)
+    # Off the event loop: a prompts file that is a FIFO nobody writes blocks in open(), and only a free
+    # loop lets the first Ctrl-C or SIGTERM stop the run there.
+    samples, duplicate_ids = await in_daemon_thread(load_prompts, config.inputs, config.split)
     if not samples:
         shown = config.inputs if isinstance(config.inputs, (str, Path)) else ", ".join(map(str, config.inputs))
         raise InputError(f"{shown}: no prompts (the input is empty)")
@@ -208,30 +242,31 @@ async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) 
         store.write_summary(summary.to_dict())
         return summary
 
-    concurrency = workers_for(config.concurrency, len(todo))
-    if concurrency < config.concurrency:  # no more workers per endpoint than samples to generate
-        config = config.model_copy(update={"concurrency": concurrency})
     progress = Progress("generate", len(todo), unit="samples", token_unit="out tok", enabled=config.progress,
                         console=console)
-    connections = config.concurrency * len(config.endpoints) + 8
     api_key = config.api_key or os.environ.get("OPENAI_API_KEY")
-    async with ChatClient(connections=connections, timeout_s=config.request_timeout_s, api_key=api_key) as client:
-        probe = Dispatcher(config.endpoints, config.concurrency, client, health_timeout_s=config.health_timeout_s,
-                           log=log)
+    async with ChatClient(connections=2 * len(config.endpoints) + 8, timeout_s=config.request_timeout_s,
+                          api_key=api_key) as setup:  # fmt: skip
+        probe = Dispatcher(config.endpoints, config.concurrency or DEFAULT_CONCURRENCY, setup,
+                           health_timeout_s=config.health_timeout_s, log=log)
         await _wait_for_endpoints(probe, config.endpoint_wait_s, log)
-        model = config.model or await _discover_model(client, probe)
+        model = config.model or await _discover_model(setup, probe)
         template = _local_template(config)
-        config = _with_thinking_mode(config, template if config.target else await _endpoint_template(client, probe), log)
+        config = _with_thinking_mode(config, template if config.target else await _endpoint_template(setup, probe), log)
         _check_output_settings(config, store, model, log)
+        await _fit_concurrency(setup, probe, config.concurrency, len(todo), log)
+    connections = sum(endpoint.capacity for endpoint in probe.endpoints) + 8
+    async with ChatClient(connections=connections, timeout_s=config.request_timeout_s, api_key=api_key) as client:
         guard = QualityGuard(config.guard)
         run = GenerationRun(config, client, store, model, progress, guard, log)
         for fresh, checked in zip(run.dispatcher.endpoints, probe.endpoints):
             fresh.healthy, fresh.last_error = checked.healthy, checked.last_error
             fresh.down_since = None if checked.healthy else time.monotonic()
+            fresh.capacity, fresh.slots = checked.capacity, checked.slots
         store.progress.begin(
             input=len(samples), already_done=len(already_done), skipped_failed=skipped_failed, todo=len(todo),
             settings={**config.output_settings(model), "endpoints": [redact_url(url) for url in config.endpoints],
-                      "concurrency": config.concurrency},
+                      "concurrency": [endpoint.capacity for endpoint in run.dispatcher.endpoints]},
         )  # fmt: skip
         store.open()
         try:

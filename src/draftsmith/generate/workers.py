@@ -34,7 +34,7 @@ from draftsmith.core.redact import redact
 from draftsmith.data.generated import generated_row, incomplete_answer
 from draftsmith.data.prompts import PromptSample
 from draftsmith.generate.config import GenerateConfig
-from draftsmith.generate.dispatch import Dispatcher, Endpoint
+from draftsmith.generate.dispatch import Dispatcher, Endpoint, InFlight
 from draftsmith.generate.guard import QualityGuard
 from draftsmith.generate.store import OutputStore
 
@@ -63,8 +63,8 @@ class GenerationRun:
         self.return_token_ids = config.return_token_ids
         self._changed = asyncio.Event()
         self.dispatcher = Dispatcher(
-            config.endpoints, config.concurrency, client, health_interval_s=config.health_interval_s,
-            health_timeout_s=config.health_timeout_s, on_down=self._cancel_requests, on_change=self._wake, log=log,
+            config.endpoints, config.concurrency or 32, client, health_interval_s=config.health_interval_s,
+            health_timeout_s=config.health_timeout_s, on_down=self._cancel_stalled, on_change=self._wake, log=log,
         )  # fmt: skip
         self._base_payload = chat_payload(
             model, config.max_tokens, stream=config.stream, temperature=config.temperature, top_p=config.top_p,
@@ -142,29 +142,34 @@ class GenerationRun:
     async def _request(self, sample: PromptSample, endpoint: Endpoint) -> tuple[str, Any, float | None] | None:
         """One request as its own task, so that an endpoint going down can cancel it (None then)."""
         endpoint.outstanding += 1
-        request = asyncio.get_running_loop().create_task(self._attempt(sample, endpoint))
-        endpoint.inflight.add(request)
+        state = InFlight(sent=time.monotonic())
+        request = asyncio.get_running_loop().create_task(self._attempt(sample, endpoint, state))
+        endpoint.inflight[request] = state
         try:
             await asyncio.wait({request})
         except asyncio.CancelledError:  # this worker is cancelled (the run is interrupted)
             request.cancel()
             raise
         finally:
-            endpoint.inflight.discard(request)
+            endpoint.inflight.pop(request, None)
             endpoint.outstanding -= 1
         if request.cancelled():
             return None
         try:
-            return request.result()
+            outcome = request.result()
         except Exception as error:  # a bug, not the endpoint's fault: record it, never drop the sample
             return "fail", error, None
+        if outcome[0] != "connection":  # an answer of some kind came back
+            self.dispatcher.answered(endpoint, state)
+        return outcome
 
-    async def _attempt(self, sample: PromptSample, endpoint: Endpoint) -> tuple[str, Any, float | None]:
+    async def _attempt(self, sample: PromptSample, endpoint: Endpoint, state: InFlight) -> tuple[str, Any, float | None]:
         payload = {**self._base_payload, "messages": sample.messages}
         if sample.tools:
             payload["tools"] = sample.tools
+        seen = self.dispatcher.seen
         try:
-            return "ok", await self.client.chat(endpoint.url, payload), None
+            return "ok", await self.client.chat(endpoint.url, payload, on_progress=lambda: seen(endpoint, state)), None
         except EndpointConnectionError as error:
             return "connection", error, None
         except (RequestTimeout, IncompleteResponse) as error:
@@ -276,11 +281,14 @@ class GenerationRun:
             return
         self.stopping, self.stop_reason = True, reason
         for endpoint in self.dispatcher.endpoints:
-            self._cancel_requests(endpoint)
+            for request in list(endpoint.inflight):
+                request.cancel()
         self._release_workers()
 
-    def _cancel_requests(self, endpoint: Endpoint) -> None:
-        for request in list(endpoint.inflight):
+    def _cancel_stalled(self, endpoint: Endpoint) -> None:
+        """The endpoint went down: its requests that are not progressing go back to the queue (a
+        stream still producing tokens runs on; it ends on its own, answered or failed)."""
+        for request in self.dispatcher.stalled(endpoint):
             request.cancel()
 
     def _wake(self) -> None:
