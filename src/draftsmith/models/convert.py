@@ -17,6 +17,7 @@ from pathlib import Path
 
 from draftsmith.core.errors import InputError
 from draftsmith.core.io import publish
+from draftsmith.data.turns import generation_eos_ids
 
 GGUF_DTYPE = "float32"
 GGUF_MAGIC = b"GGUF"
@@ -77,9 +78,11 @@ def convert_gguf(
     _drop_gguf_quantization(model)
     context = model.config.max_position_embeddings
     tokenizer.model_max_length = context  # the loader leaves transformers' "unlimited" placeholder
-    generation = model.generation_config
-    if tokenizer.eos_token_id is not None:
-        generation.eos_token_id = tokenizer.eos_token_id
+    # Every id that ends a turn, as released models write them (Gemma 3: [1, 106]; SmolLM2: 2): a
+    # GGUF carries only its eos, while the template may end turns with another token.
+    stops = generation_eos_ids(tokenizer)
+    if stops:
+        model.generation_config.eos_token_id = stops if len(stops) > 1 else stops[0]
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-converting-", dir=out_dir.parent))
     staging.chmod(0o755)  # mkdtemp makes it private; the published folder is an ordinary one
