@@ -202,6 +202,8 @@ def speculative_decode(
         output = target(input_ids, use_cache=True, logits_to_keep=1, **{cache_kwarg: target_cache})
         first = output.logits[0, -1]
         tokens = [_sample(probabilities(first), generator) if sampling else int(first.argmax())]
+        if on_tokens is not None:
+            on_tokens(1)
         pending_context = tap.take()  # target features not yet in the drafter's cache
 
         while tokens[-1] not in stops and len(tokens) < max_new_tokens:
@@ -284,6 +286,8 @@ def prompt_lookup_decode(
     first = output.logits[0, -1]
     vocab_size = first.shape[-1]
     tokens = [_sample(probabilities(first), generator) if sampling else int(first.argmax())]
+    if on_tokens is not None:
+        on_tokens(1)
     context = input_ids[0].tolist() + tokens
     acceptance_lengths: list[int] = []
     accepted_drafts: list[int] = []
