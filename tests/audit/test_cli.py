@@ -62,6 +62,14 @@ def test_thresholds_and_kind_flags(capsys, boilerplate_dir, tmp_path):
     assert code == 2 and "unknown threshold 'bogus'" in err
 
 
+def test_thresholds_in_one_comma_separated_flag_as_help_lists_them(capsys, boilerplate_dir):
+    code, out, _ = run(capsys, boilerplate_dir, "--threshold", "dominant_mask_sum=none,dominant-span=90%,duplicate_completions=off",
+                       "--kind", "tokenized")
+    assert code == 0, out
+    code, _, err = run(capsys, boilerplate_dir, "--threshold", "dominant_mask_sum=none,dominant_span=2")
+    assert code == 2 and "dominant_span" in err and "between 0 and 1" in err
+
+
 def test_conversations_are_detected(capsys, tmp_path):
     good = write_jsonl(generated_rows(100), tmp_path / "good.jsonl")
     code, out, _ = run(capsys, good, "--json")

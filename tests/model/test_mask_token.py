@@ -36,6 +36,15 @@ def test_an_unused_reserved_token_is_next_and_never_one_the_template_uses(tokeni
     assert choose_mask_token(llama, len(llama)).token == "<|reserved_special_token_2|>"
 
 
+def test_the_tokenizers_own_mask_token_beats_an_unused_reserved_one_unless_the_template_writes_it(tokenizers):
+    gemma = tokenizers["gemma3-gguf"]  # Gemma's tokenizer has <mask> beside its <unusedN>
+    choice = choose_mask_token(gemma, len(gemma))
+    assert (choice.token_id, choice.token, choice.source) == (gemma.convert_tokens_to_ids("<mask>"), "<mask>", "tokenizer_mask")
+    assert "own mask token" in choice.describe()
+    gemma.chat_template += "{{ '<mask>' }}"  # a template that writes it: it is in use
+    assert choose_mask_token(gemma, len(gemma)).token == "<unused1>"
+
+
 def test_a_pad_token_distinct_from_eos_is_the_last_tokenizer_id(tokenizers):
     mistral = tokenizers["mistral"]
     choice = choose_mask_token(mistral, len(mistral))

@@ -424,16 +424,15 @@ def test_end_of_turn_from_generation_config_or_option(tmp_path, tiny_target_dir,
     from draftsmith.core.errors import InputError
     from draftsmith.tokenize.masking import ChatMasker, MaskerConfig
 
-    # A Llama-3-like setup: turns end with a token that is not the tokenizer's eos.
+    # A Llama-3-like setup: turns end with a token that is not the tokenizer's eos. The template
+    # names it, so no flag is needed (this row was dropped as no_end_of_turn before).
     template = CHATML_TEMPLATE.replace("'<|im_end|>\\n'", "'<|endoftext|>\\n'")
     tokenizer = tokenizer_with_template(tiny_target_dir, template)
     messages = [USER, assistant(reasoning="")]
-    with pytest.raises(RowDropped) as caught:
-        ChatMasker(tokenizer, MaskerConfig(), tiny_target_dir).build(row(messages))
-    assert caught.value.reason == "no_end_of_turn"
     end_id = tiny_tokenizer.convert_tokens_to_ids("<|endoftext|>")
     (tmp_path / "generation_config.json").write_text(_json.dumps({"eos_token_id": [tiny_tokenizer.eos_token_id, end_id]}))
     for masker in (
+        ChatMasker(tokenizer, MaskerConfig(), tiny_target_dir),
         ChatMasker(tokenizer, MaskerConfig(), tmp_path),
         ChatMasker(tokenizer, MaskerConfig(end_of_turn_tokens=("<|endoftext|>",)), tiny_target_dir),
     ):
@@ -459,3 +458,25 @@ def test_row_tools_reach_the_chat_template(make_masker, tiny_target_dir):
     assert "get_weather" not in trained_text(masker, built) and built.verified
     plain = masker.build(row([USER, assistant()]))
     assert "get_weather" not in masker.tokenizer.decode(plain.input_ids.tolist(), skip_special_tokens=False)
+
+
+def test_a_gguf_style_gemma_tokenizes_without_flags_and_closes_turns_with_end_of_turn(tmp_path):
+    """Gemma as its GGUF converts: eos <eos> (generation_config says only it), while the template
+    ends turns with <end_of_turn>. Every row was dropped (no_end_of_turn) unless --end-of-turn was given."""
+    from draftsmith.tiny.families import build_family_target
+    from draftsmith.tokenize.masking import ChatMasker
+
+    target = build_family_target("gemma3-gguf", tmp_path / "gemma")
+    masker = ChatMasker.from_path(target)
+    tokenizer = masker.tokenizer
+    eos, turn_end = tokenizer.convert_tokens_to_ids("<eos>"), tokenizer.convert_tokens_to_ids("<end_of_turn>")
+    assert tokenizer.eos_token_id == eos
+    built = masker.build(row([USER, assistant(reasoning=None)]))
+    assert trained_text(masker, built) == f"{ANSWER}<end_of_turn>"
+    # An engine row without its end token is closed with the template's, not with <eos>.
+    prompt = tokenizer.apply_chat_template([USER], tokenize=False, add_generation_prompt=True)
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    answer_ids = tokenizer(ANSWER, add_special_tokens=False)["input_ids"]
+    engine = masker.build(row([USER, assistant(reasoning=None)], prompt_token_ids=prompt_ids,
+                              completion_token_ids=answer_ids, finish_reason="stop"))
+    assert engine.end_of_turn_appended and int(engine.input_ids[-1]) == turn_end

@@ -57,7 +57,7 @@ def test_eval_points_log_real_speculative_tau_and_keep_the_best_drafter(prompts,
     target = load_target_model(tiny_target_dir, "cpu")
     tokens = cycles = 0
     with torch.no_grad():
-        for ids in encode_prompts(prompts, tiny_target_dir, None, limit=8):
+        for ids in encode_prompts(prompts, tiny_target_dir, None, limit=8)[0]:
             result = speculative_decode(target, drafter, torch.tensor([ids]), 48, stop_token_ids=default_stop_token_ids(target))
             tokens, cycles = tokens + sum(result.acceptance_lengths), cycles + len(result.acceptance_lengths)
     assert tokens / cycles == pytest.approx(best["eval_tau"], rel=1e-9)

@@ -402,6 +402,7 @@ def test_max_minutes_stops_at_the_first_log_step_past_it_publishes_that_drafter_
     err = capsys.readouterr().err
     assert result.steps == 2, err
     assert "stopped by --max-minutes 2e-05 at step 2 of 12" in err
+    assert "projects to" not in err  # the small run is no long one
     assert result.extra["stopped_by_max_minutes"] is True
     assert json.loads((out / "train_summary.json").read_text())["extra"]["stopped_by_max_minutes"] is True
     assert (result.drafter_dir / "config.json").is_file()
@@ -411,3 +412,15 @@ def test_max_minutes_stops_at_the_first_log_step_past_it_publishes_that_drafter_
     assert "stopped_by_max_minutes" not in resumed.extra
     with pytest.raises(ValueError, match="max_minutes"):
         small_config(tiny_target_dir, regenerated, out, max_minutes=0)
+
+
+def test_a_cpu_run_of_hours_warns_with_its_projection_and_the_flags_that_cut_it(regenerated, tiny_target_dir, tmp_path,
+                                                                                 capsys):
+    config = small_config(tiny_target_dir, regenerated, tmp_path / "run", epochs=200_000, log_every=4, max_minutes=2e-5)
+    result = train_drafter(config)
+    err = capsys.readouterr().err
+    assert result.steps == 4, err
+    warning = next(line for line in err.splitlines() if "projects to" in line)
+    assert warning.startswith("draftsmith train: warning: this CPU run projects to ")
+    for cut in ("--block-size (now 8", "--num-anchors", "--draft-layers (now 1)", "--offline FEATURES"):
+        assert cut in warning, warning

@@ -29,5 +29,5 @@ class AuditConfig(BaseModel):
     plot: Path | None = Field(None, description="write a PNG histogram of trainable tokens per sample")
     max_context: int | None = Field(None, ge=1, description="context limit in tokens")
     threshold: Annotated[list[str], cli(split=False)] = Field(
-        default_factory=list, description="override a gate: name=value (share like 0.05 or 5%, or 'none'); repeatable"
+        default_factory=list, description="override gates: name=value (share like 0.05 or 5%, or 'none'), comma-separated or repeated"
     )

@@ -73,9 +73,11 @@ class Thresholds:
 
     @classmethod
     def from_assignments(cls, assignments: list[str] | None, base: "Thresholds | None" = None) -> "Thresholds":
-        """Parse `name=value` strings (`0.05`, `5%`, `none`/`off` to disable)."""
+        """Parse `name=value` strings (`0.05`, `5%`, `none`/`off` to disable); one string may hold
+        several, comma-separated, as `--help` lists the gates (`a=none,b=0.1`)."""
         overrides: dict[str, float | int | None] = {}
-        for assignment in assignments or []:
+        # No value holds a comma (shares, counts, none), so a comma always separates assignments.
+        for assignment in (part for item in assignments or [] for part in item.split(",") if part.strip()):
             name, sep, raw = assignment.partition("=")
             name = name.strip().replace("-", "_")
             if not sep or not name:

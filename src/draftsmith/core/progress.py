@@ -9,6 +9,7 @@ lengths vary a lot), else remaining items / recent items per second.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import deque
 from typing import Any
@@ -142,3 +143,52 @@ class Progress:
         if now - self._last_log >= self.log_interval_s:
             self._last_log = now
             self.console.print(f"draftsmith {self.label}: {self.line()}", markup=False, highlight=False, soft_wrap=True)
+
+
+LONG_RUN_S = 3600.0  # a CPU run projected past this gets a warning naming what cuts it
+
+
+class LongRunWarning:
+    """One warning, on stderr, when a run measured over its first units projects to hours.
+
+    ``observe(done)`` after each unit (a step, a batch, a token). The clock starts at the first
+    call (the first unit, which pays for warm-up, is not timed); once ``after_units`` more units or
+    ``after_s`` seconds have passed, the remaining ``total - done`` units are projected at the
+    measured rate and, past ``threshold_s``, ``log`` gets the warning with ``hints`` (the flags
+    that cut the time). It then stays silent for the rest of the run.
+    """
+
+    def __init__(self, stage: str, total: int, unit: str, hints: list[str], *, log=None,
+                 after_units: int = 3, after_s: float = 20.0, threshold_s: float = LONG_RUN_S,
+                 enabled: bool = True, bound: str = "", clock=time.monotonic):
+        self.stage, self.total, self.unit, self.hints = stage, total, unit, hints
+        self.log = log or (lambda message: print(message, file=sys.stderr, flush=True))
+        self.after_units, self.after_s, self.threshold_s = after_units, after_s, threshold_s
+        self.bound = bound  # "up to " where `total` is an upper bound (eval: prompts stop early)
+        self.clock = clock
+        self.pending = enabled and total > 0
+        self._start: tuple[float, int] | None = None
+        self.projected_s: float | None = None
+
+    def observe(self, done: int) -> None:
+        if not self.pending:
+            return
+        now = self.clock()
+        if self._start is None:
+            self._start = (now, done)
+            return
+        elapsed, units = now - self._start[0], done - self._start[1]
+        if units <= 0 or (units < self.after_units and elapsed < self.after_s):
+            return
+        self.pending = False
+        per_unit = elapsed / units
+        self.projected_s = per_unit * max(0, self.total - done) + (now - self._start[0])
+        if self.projected_s >= self.threshold_s:
+            self.log(long_run_message(self.stage, self.projected_s, per_unit, self.total, self.unit, self.hints, self.bound))
+
+
+def long_run_message(stage: str, projected_s: float, per_unit_s: float, total: int, unit: str, hints: list[str],
+                     bound: str = "") -> str:
+    seconds = f"{per_unit_s:.3g} s" if per_unit_s >= 0.01 else f"{per_unit_s * 1000:.3g} ms"
+    return (f"draftsmith {stage}: warning: this CPU run projects to {bound}{format_duration(projected_s)} "
+            f"({seconds} per {unit} measured, {total:,} {unit}s); to cut it: " + "; ".join(hints))

@@ -373,6 +373,25 @@ def llama_server(
                         log_path=log_path, startup_timeout_s=startup_timeout_s)
 
 
+def end_of_turn_args(model: Path) -> list[str]:
+    """llama-server flags that stop generation at the chat template's end of turn where it is not
+    the GGUF's eos (data.turns): llama.cpp stops at the eos and at an `eot` id, and knows a few
+    end-of-turn spellings by name; a template ending turns with another token needs it named.
+    `model` is an HF folder or a fetched GGUF (its folder is the `hf` beside it); [] without one."""
+    from transformers import AutoTokenizer
+
+    from draftsmith.data.turns import template_end_of_turn_ids
+
+    folder = model if model.is_dir() else model.parent / "hf"
+    if not (folder / "tokenizer_config.json").is_file():
+        return []
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    ends = template_end_of_turn_ids(tokenizer)
+    if not ends or ends[0] == tokenizer.eos_token_id:
+        return []
+    return ["--override-kv", f"tokenizer.ggml.eot_token_id=int:{ends[0]}"]
+
+
 def _served_name(model: Path) -> str:
     """The name a model is served under: a fetched model's own name (draftsmith_model.json), else the
     folder's name, or the GGUF file's stem."""
@@ -450,7 +469,9 @@ def main(argv: list[str] | None = None) -> int:
             server = vllm_server(model, port=args.port, served_model_name=served)
         else:
             threads = args.threads or _default_threads(args.model is None, log)
-            server = llama_server(model, port=args.port, alias=served, threads=threads)
+            source = Path(args.model) if args.model and Path(args.model).exists() else model
+            server = llama_server(model, port=args.port, alias=served, threads=threads,
+                                  extra_args=end_of_turn_args(source))
         print(f"starting {server.kind} (log: {server.log_path}) ...", file=sys.stderr)
         server.start()
     except DraftsmithError as error:

@@ -10,7 +10,7 @@ from draftsmith.core.io import dumps_json
 from draftsmith.evaluate.config import EvalConfig
 
 
-def run_eval(config: EvalConfig, progress=None):
+def run_eval(config: EvalConfig, progress=None, on_tokens=None):
     """`EvalConfig` -> `EvalReport` (in-process) or `EndpointReport` (`config.endpoint`)."""
     if config.endpoint is not None:
         from draftsmith.evaluate.endpoint import evaluate_endpoint
@@ -38,7 +38,7 @@ def run_eval(config: EvalConfig, progress=None):
         temperature=config.temperature, seed=config.seed, split=config.split,
         device=device, tie_tolerance=config.tie_tolerance,
         baselines=config.baseline, ngram_max=config.ngram_max, ngram_min=config.ngram_min,
-        mask_token_id=config.mask_token_id,
+        mask_token_id=config.mask_token_id, on_tokens=on_tokens,
     )
 
 
@@ -85,7 +85,7 @@ def evaluate(config: EvalConfig, as_json: bool = False) -> None:
         require_optional("matplotlib", "--plot", "plot")
     err = Console(stderr=True)
     with Progress("eval", unit="prompts", console=err) as bar:
-        report = run_eval(config, progress=bar)
+        report = run_eval(config, progress=bar, on_tokens=lambda count: bar.advance(0, tokens=count))
     if config.out is not None:
         config.out.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(config.out, report.to_json() + "\n")

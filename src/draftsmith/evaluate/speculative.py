@@ -270,6 +270,7 @@ def evaluate_drafter(
     ngram_min: int = 1,
     mask_token_id: int | None = None,
     more_drafters: Mapping[str, str | Path | DFlashDraftModel] | None = None,
+    on_tokens: Callable[[int], None] | None = None,
 ) -> EvalReport:
     """Speculative vs plain decoding on every prompt; tau, histogram, tokens/s, lossless check.
 
@@ -289,7 +290,9 @@ def evaluate_drafter(
     `<|MASK|>` token, or `mask_token_id`). They land in `report.baselines`; without a drafter the
     first baseline is the report itself. `more_drafters` (name -> drafter, e.g. the checkpoints of
     a learning curve) are decoded the same way and reported after the baselines under their names,
-    so the plain target decode runs once for all of them.
+    so the plain target decode runs once for all of them. `progress(done, total)` is told of each
+    prompt finished (and of the total before the first), `on_tokens(n)` of every n tokens any of the
+    decoders commits (plain and each method), so a long prompt shows progress while it runs.
     """
     if max_new_tokens < 1:
         raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -340,12 +343,19 @@ def evaluate_drafter(
 
     encoded = _encode_prompts(list(prompts)[:limit] if limit else list(prompts), tokenizer, enable_thinking)
     methods = [name for name in ("dflash", *baselines, *loaded) if name != "dflash" or drafter is not None]
+    stops = default_stop_token_ids(target, tokenizer)
+    on_tokens = _watch_long_run(on_tokens, len(encoded), max_new_tokens, methods, first)
+    print(f"draftsmith: eval: decoding stops at token ids {stops}"
+          + (f" ({', '.join(map(repr, tokenizer.convert_ids_to_tokens(stops)))})" if tokenizer is not None and stops else ""),
+          file=sys.stderr)
     run = _Run(
-        target, stops=default_stop_token_ids(target, tokenizer), block=block,
+        target, stops=stops, block=block,
         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
         tolerance=default_tie_tolerance(first.dtype) if tie_tolerance is None else tie_tolerance,
-        drafters=drafters, ngram=(ngram_max, ngram_min), methods=methods,
+        drafters=drafters, ngram=(ngram_max, ngram_min), methods=methods, on_tokens=on_tokens,
     )
+    if progress is not None:
+        progress(0, len(encoded))  # the bar shows its total before the first (maybe long) prompt ends
     run.warm_up(encoded[0][1])
     for done, (prompt_id, ids) in enumerate(encoded, start=1):
         run.prompt(prompt_id, ids, done)
@@ -355,6 +365,31 @@ def evaluate_drafter(
     if strict and report.not_lossless:
         raise LosslessnessError(_mismatch_message(report))
     return report
+
+
+def _watch_long_run(on_tokens, prompts: int, max_new_tokens: int, methods: list[str], first: torch.Tensor):
+    """`on_tokens` that also warns once when a CPU eval projects to hours: every prompt decoded
+    plainly and by each method, up to `max_new_tokens` each (an upper bound: stops end prompts early)."""
+    from draftsmith.core.config import cpu_multiplies_bf16_natively
+    from draftsmith.core.progress import LongRunWarning
+
+    cuts = [f"--limit (now {prompts} prompts)", f"--max-new-tokens (now {max_new_tokens})"]
+    if len(methods) > 1:
+        cuts.append(f"fewer methods (now {', '.join(methods)}: each decodes every prompt again)")
+    if first.dtype != torch.bfloat16 and cpu_multiplies_bf16_natively():
+        cuts.append("--dtype bf16 (this CPU multiplies bf16 natively)")
+    long_run = LongRunWarning("eval", prompts * max_new_tokens * (1 + len(methods)), "token", cuts,
+                              enabled=first.device.type == "cpu", bound="up to ", after_units=16)
+    counted = 0
+
+    def observe(count: int) -> None:
+        nonlocal counted
+        counted += count
+        long_run.observe(counted)
+        if on_tokens is not None:
+            on_tokens(count)
+
+    return observe
 
 
 def untrained_drafter(
@@ -453,6 +488,7 @@ class _Run:
     drafters: dict[str, DFlashDraftModel]
     ngram: tuple[int, int]  # (max, min) n-gram size of prompt lookup
     methods: list[str]
+    on_tokens: Callable[[int], None] | None = None  # told of the tokens each decoder commits (progress)
     tallies: dict[str, _Tally] = field(default_factory=dict)
     target_tokens: int = 0
     target_seconds: float = 0.0
@@ -464,13 +500,15 @@ class _Run:
     def device(self) -> torch.device:
         return next(self.target.parameters()).device
 
-    def _speculative(self, method: str, input_ids: torch.Tensor, max_new_tokens: int, generator=None) -> DecodeResult:
+    def _speculative(self, method: str, input_ids: torch.Tensor, max_new_tokens: int, generator=None,
+                     on_tokens: Callable[[int], None] | None = None) -> DecodeResult:
         sampling = {"temperature": self.temperature, "generator": generator} if self.temperature > 0 else {}
         if method == "ngram":
             return prompt_lookup_decode(self.target, input_ids, max_new_tokens, self.stops, self.block,
-                                        max_ngram=self.ngram[0], min_ngram=self.ngram[1], **sampling)
+                                        max_ngram=self.ngram[0], min_ngram=self.ngram[1], **sampling,
+                                        on_tokens=on_tokens)
         return speculative_decode(self.target, self.drafters[method], input_ids, max_new_tokens, self.stops,
-                                  self.block, **sampling)
+                                  self.block, **sampling, on_tokens=on_tokens)
 
     def warm_up(self, ids: list[int]) -> None:
         """One short untimed pass of each decoder so first-call allocation does not skew the timings."""
@@ -487,14 +525,15 @@ class _Run:
         sampling = self.temperature > 0
         if sampling:
             plain = sample_decode(self.target, input_ids, self.max_new_tokens, self.stops, self.temperature,
-                                  self._generator(index))
+                                  self._generator(index), on_tokens=self.on_tokens)
         else:
-            plain = greedy_decode(self.target, input_ids, self.max_new_tokens, self.stops)
+            plain = greedy_decode(self.target, input_ids, self.max_new_tokens, self.stops, on_tokens=self.on_tokens)
         self.target_tokens += len(plain.tokens)
         self.target_seconds += plain.seconds
         for method in self.methods:
             near_ties: list[int] = []
-            spec = self._speculative(method, input_ids, self.max_new_tokens, self._generator(index) if sampling else None)
+            spec = self._speculative(method, input_ids, self.max_new_tokens, self._generator(index) if sampling else None,
+                                     self.on_tokens)
             if sampling:
                 mismatch = _first_mismatch(plain.tokens, spec.tokens)  # reported, but expected at T > 0
             else:

@@ -149,7 +149,9 @@ def _training_rows(target, tokenizer, prompts: list[dict], max_new_tokens: int) 
     from draftsmith.data.prompts import generation_prompt_ids
     from draftsmith.evaluate import greedy_decode
 
-    stop = [int(tokenizer.eos_token_id)] if tokenizer.eos_token_id is not None else []
+    from draftsmith.model.speculative import default_stop_token_ids
+
+    stop = default_stop_token_ids(target, tokenizer)
     rows = []
     for prompt in prompts:
         ids = generation_prompt_ids(tokenizer, prompt["messages"])

@@ -174,11 +174,12 @@ class MaskChoice:
 
     token_id: int
     token: str | None
-    source: str  # "mask_token", "padding_row", "reserved_token", "pad_token", "drafter_embedding" or "override"
+    source: str  # "mask_token", "padding_row", "tokenizer_mask", "reserved_token", "pad_token", "drafter_embedding" or "override"
 
     def describe(self) -> str:
         how = {
             "mask_token": f"the tokenizer's {MASK_TOKEN}",
+            "tokenizer_mask": "the tokenizer's own mask token (the chat template never writes it)",
             "padding_row": "the first embedding row past the tokenizer's vocabulary (no text maps to it)",
             "reserved_token": "an unused reserved token of the tokenizer",
             "pad_token": "the tokenizer's pad token (distinct from eos, unused by the chat template)",
@@ -207,13 +208,36 @@ def _role_token_ids(tokenizer) -> set[int]:
     return {int(i) for i in ids}
 
 
+_OWN_MASK_TOKENS = ("<mask>", "[MASK]", "<|mask|>")
+
+
+def _own_mask_token(tokenizer, embedding_rows: int, template: str, roles: set[int]) -> tuple[int, str] | None:
+    """The tokenizer's own mask token as (id, text): its `mask_token`, else a special added token
+    spelled as one; None when it has none, it lies past the table, a role holds it or the template
+    writes it."""
+    named = getattr(tokenizer, "mask_token", None)
+    candidates = [named] if isinstance(named, str) and named else []
+    special = {added.content: int(token_id) for token_id, added in getattr(tokenizer, "added_tokens_decoder", {}).items()
+               if getattr(added, "special", False)}
+    candidates += [text for text in _OWN_MASK_TOKENS if text in special]
+    for text in candidates:
+        token_id = special.get(text)
+        if token_id is None:
+            token_id = tokenizer.convert_tokens_to_ids(text)
+        if (isinstance(token_id, int) and 0 <= token_id < embedding_rows and token_id not in roles
+                and text not in template):
+            return token_id, text
+    return None
+
+
 def choose_mask_token(tokenizer, embedding_rows: int) -> MaskChoice:
     """The mask token of a target whose tokenizer is `tokenizer` and embedding table has
     `embedding_rows` rows.
 
     In order: the tokenizer's own `<|MASK|>`; the first padding row past the tokenizer (Qwen3:
     151,669 tokens, 151,936 rows -> 151669, the id the published DFlash drafters use); the
-    highest-numbered unused reserved token (Llama 3's <|reserved_special_token_247|>, Gemma's
+    tokenizer's own mask token (Gemma's `<mask>`, a role or special `<mask>`/`[MASK]`) that no role
+    holds and the chat template never writes; the highest-numbered unused reserved token (Llama 3's <|reserved_special_token_247|>, Gemma's
     <unused..>, Mistral's [control_N]); a pad token that is neither eos nor in the chat template.
     Never a token that text, a role or the template can produce: the drafter's MASK must not
     look like a token it is asked to predict. With none of these the drafter gets its own
@@ -227,6 +251,9 @@ def choose_mask_token(tokenizer, embedding_rows: int) -> MaskChoice:
     if vocabulary < embedding_rows:
         return MaskChoice(vocabulary, None, "padding_row")
     template, roles = _template_text(tokenizer), _role_token_ids(tokenizer)
+    own = _own_mask_token(tokenizer, embedding_rows, template, roles)
+    if own is not None:
+        return MaskChoice(own[0], own[1], "tokenizer_mask")
     reserved = [
         (int(token_id), added.content)
         for token_id, added in getattr(tokenizer, "added_tokens_decoder", {}).items()

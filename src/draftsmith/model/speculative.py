@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
+from draftsmith.data.turns import end_of_turn_ids
 from draftsmith.model.drafter import DFlashDraftModel
 from draftsmith.model.features import LayerFeatureTap, target_embed_tokens, target_lm_head
 
@@ -70,12 +71,14 @@ def _crop(cache: DynamicCache, length: int) -> None:
 
 @torch.inference_mode()
 def greedy_decode(
-    target, input_ids: torch.Tensor, max_new_tokens: int, stop_token_ids: Sequence[int] | None = None
+    target, input_ids: torch.Tensor, max_new_tokens: int, stop_token_ids: Sequence[int] | None = None,
+    on_tokens: Callable[[int], None] | None = None,
 ) -> DecodeResult:
     """Plain greedy decoding with a KV cache, one target forward per token (the baseline).
 
     Besides the tokens it records each step's top-2 logit margin and runner-up (`margins`,
-    `runners_up`) for the losslessness check.
+    `runners_up`) for the losslessness check. `on_tokens(n)` is told of every n tokens committed
+    (a progress display; every decoder here takes one).
     """
     margins: list[float] = []
     runners_up: list[int] = []
@@ -87,14 +90,14 @@ def greedy_decode(
         runners_up.append(second if token == first else first)  # an exact tie: argmax took the other one
         return token
 
-    result = _plain_decode(target, input_ids, max_new_tokens, stop_token_ids, choose)
+    result = _plain_decode(target, input_ids, max_new_tokens, stop_token_ids, choose, on_tokens)
     result.margins, result.runners_up = margins, runners_up
     return result
 
 
 def _plain_decode(
     target, input_ids: torch.Tensor, max_new_tokens: int, stop_token_ids: Sequence[int] | None,
-    choose: Callable[[torch.Tensor], int],
+    choose: Callable[[torch.Tensor], int], on_tokens: Callable[[int], None] | None = None,
 ) -> DecodeResult:
     """One target forward per token with a KV cache; `choose` turns the last logits into the token."""
     stops = stop_set(stop_token_ids)
@@ -106,6 +109,8 @@ def _plain_decode(
     tokens: list[int] = []
     while True:
         tokens.append(choose(output.logits[0, -1]))
+        if on_tokens is not None:
+            on_tokens(1)
         if tokens[-1] in stops or len(tokens) >= max_new_tokens:
             break
         position = torch.tensor([[prompt_len + len(tokens) - 1]], device=input_ids.device)
@@ -142,11 +147,12 @@ def sample_decode(
     stop_token_ids: Sequence[int] | None = None,
     temperature: float = 1.0,
     generator: torch.Generator | None = None,
+    on_tokens: Callable[[int], None] | None = None,
 ) -> DecodeResult:
     """Plain sampling at `temperature` with a KV cache (the baseline for speculative sampling)."""
     return _plain_decode(
         target, input_ids, max_new_tokens, stop_token_ids,
-        lambda logits: _sample(torch.softmax(logits.float() / temperature, -1), generator),
+        lambda logits: _sample(torch.softmax(logits.float() / temperature, -1), generator), on_tokens,
     )
 
 
@@ -161,6 +167,7 @@ def speculative_decode(
     temperature: float = 0.0,
     generator: torch.Generator | None = None,
     accept_rule: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = accept_probability,
+    on_tokens: Callable[[int], None] | None = None,
 ) -> DecodeResult:
     """DFlash speculative decoding; `acceptance_lengths` holds tokens committed per cycle.
 
@@ -195,6 +202,8 @@ def speculative_decode(
         output = target(input_ids, use_cache=True, logits_to_keep=1, **{cache_kwarg: target_cache})
         first = output.logits[0, -1]
         tokens = [_sample(probabilities(first), generator) if sampling else int(first.argmax())]
+        if on_tokens is not None:
+            on_tokens(1)
         pending_context = tap.take()  # target features not yet in the drafter's cache
 
         while tokens[-1] not in stops and len(tokens) < max_new_tokens:
@@ -214,6 +223,8 @@ def speculative_decode(
                 probabilities if sampling else None, generator, accept_rule, stops,
             )  # fmt: skip
             tokens.extend(new_tokens)
+            if on_tokens is not None:
+                on_tokens(len(new_tokens))
             acceptance_lengths.append(len(new_tokens))
             accepted_drafts.append(accepted)
             pending_context = tap.take()[:, : accepted + 1]
@@ -248,6 +259,7 @@ def prompt_lookup_decode(
     min_ngram: int = 1,
     temperature: float = 0.0,
     generator: torch.Generator | None = None,
+    on_tokens: Callable[[int], None] | None = None,
 ) -> DecodeResult:
     """Speculative decoding with prompt-lookup drafts instead of a drafter: the baseline a DFlash
     drafter must beat. Cycles, `acceptance_lengths` and verification are `speculative_decode`'s:
@@ -274,6 +286,8 @@ def prompt_lookup_decode(
     first = output.logits[0, -1]
     vocab_size = first.shape[-1]
     tokens = [_sample(probabilities(first), generator) if sampling else int(first.argmax())]
+    if on_tokens is not None:
+        on_tokens(1)
     context = input_ids[0].tolist() + tokens
     acceptance_lengths: list[int] = []
     accepted_drafts: list[int] = []
@@ -289,6 +303,8 @@ def prompt_lookup_decode(
             probabilities if sampling else None, generator, accept_probability, stops,
         )  # fmt: skip
         tokens.extend(new_tokens)
+        if on_tokens is not None:
+            on_tokens(len(new_tokens))
         context.extend(new_tokens)
         acceptance_lengths.append(len(new_tokens))
         accepted_drafts.append(accepted)
@@ -366,11 +382,12 @@ def _verify_sampled(drafts, draft_probs, target_probs, generator, accept_rule) -
 
 
 def default_stop_token_ids(target, tokenizer=None) -> list[int]:
-    """The target's end-of-turn ids: generation_config first (it lists every stop id), else the tokenizer's."""
+    """The target's end-of-turn ids: with a tokenizer, the one its chat template ends a turn with
+    (Gemma's <end_of_turn>, which a GGUF's eos is not), then generation_config's eos ids and the
+    tokenizer's (data.turns); without one, generation_config's alone."""
     eos = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
-    if eos is None and tokenizer is not None:
-        eos = tokenizer.eos_token_id
+    if tokenizer is not None:
+        return end_of_turn_ids(tokenizer, eos)
     if eos is None:
         return []
     return [int(eos)] if isinstance(eos, int) else [int(t) for t in eos]
-

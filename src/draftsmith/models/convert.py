@@ -34,6 +34,7 @@ from draftsmith.core.io import (
 )
 from draftsmith.core.lock import lock_directory
 from draftsmith.core.paths import require_output_dir
+from draftsmith.data.turns import generation_eos_ids
 
 GGUF_DTYPE = "float32"
 GGUF_MAGIC = b"GGUF"
@@ -335,9 +336,11 @@ def _convert(gguf: Path, header: GGUFHeader, out_dir: Path, template: str | None
         tokenizer.chat_template = template
     context = model.config.max_position_embeddings
     tokenizer.model_max_length = context  # the loader leaves transformers' "unlimited" placeholder
-    generation = model.generation_config
-    if tokenizer.eos_token_id is not None:
-        generation.eos_token_id = tokenizer.eos_token_id
+    # Every id that ends a turn, as released models write them (Gemma 3: [1, 106]; SmolLM2: 2): a
+    # GGUF carries only its eos, while the template may end turns with another token.
+    stops = generation_eos_ids(tokenizer)
+    if stops:
+        model.generation_config.eos_token_id = stops if len(stops) > 1 else stops[0]
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-converting-", dir=out_dir.parent))
     try:
         with disk_full_as_one_line(out_dir):

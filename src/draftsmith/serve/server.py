@@ -232,13 +232,9 @@ class ModelBackend:
         self.tokenizer = AutoTokenizer.from_pretrained(config.model_dir)
         self.max_batch_size = config.max_batch_size
         self.batch_wait_s = config.batch_wait_s
-        eos = set()
-        for source in (self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None)):
-            if isinstance(source, int):
-                eos.add(source)
-            elif isinstance(source, list):
-                eos.update(source)
-        self.eos_ids = eos
+        from draftsmith.model.speculative import default_stop_token_ids
+
+        self.eos_ids = set(default_stop_token_ids(self.model, self.tokenizer))
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.max_len = int(getattr(self.model.config, "max_position_embeddings", 2048))
         vocab = self.tokenizer.get_vocab()

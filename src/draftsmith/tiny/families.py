@@ -2,8 +2,8 @@
 
 Each family gets transformers' own config class with the traits that differ between families
 (Llama 3's rope scaling and reserved special tokens, Qwen's padded embedding table, Gemma 3's
-sliding-window layers, tied and scaled embeddings and per-layer-type RoPE, Mistral's pad token, and
-Mistral v0.1's lack of any spare id),
+sliding-window layers, tied and scaled embeddings and per-layer-type RoPE, its GGUF's eos that is not
+the template's end of turn, Mistral's pad token, and Mistral v0.1's lack of any spare id),
 a small BPE tokenizer (tiny.build) and a chat template of its own kind. The weights are random:
 what the tests check (train, lossless eval, export, check) does not need a trained target.
 """
@@ -70,6 +70,16 @@ FAMILIES: dict[str, Family] = {
         "gemma3", "Gemma3TextConfig",
         ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>", "<unused0>", "<unused1>"],
         {"bos_token": "<bos>", "eos_token": "<end_of_turn>", "pad_token": "<pad>", "unk_token": "<unk>"},
+        _GEMMA3,
+        fields={"tie_word_embeddings": True, "sliding_window": 8, "query_pre_attn_scalar": 16,
+                "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]},
+    ),
+    # Gemma 3 as its GGUF carries it: the eos is `<eos>` while the template ends each turn with
+    # `<end_of_turn>`, a distinct id only the template names; and the tokenizer's own `<mask>`.
+    "gemma3-gguf": Family(
+        "gemma3-gguf", "Gemma3TextConfig",
+        ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>", "<unused0>", "<unused1>"],
+        {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"},
         _GEMMA3,
         fields={"tie_word_embeddings": True, "sliding_window": 8, "query_pre_attn_scalar": 16,
                 "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]},

@@ -29,7 +29,7 @@ class TokenizeOptions(BaseModel):
         True, description="use {% generation %} markers when the template has them"
     )
     end_of_turn_tokens: Annotated[list[str], cli("--end-of-turn", split=False)] = Field(
-        default_factory=list, description="extra end-of-turn token(s) besides the eos ids; repeatable"
+        default_factory=list, description="extra end-of-turn token(s) besides the template's end of turn and the eos ids; repeatable"
     )
     chat_template_kwargs: Annotated[dict[str, Any], cli("--template-arg")] = Field(
         default_factory=dict, description="chat template kwarg KEY=VALUE (JSON value); repeatable"

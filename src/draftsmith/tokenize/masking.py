@@ -22,7 +22,8 @@ How spans are found, without searching for message text in the rendering:
 * For a turn without a think block, the scaffold the template inserts before the content is
   measured by rendering the turn with two different one-character probe contents: their common
   part after the generation prompt is template text, skipped when the real rendering starts with it.
-* The turn ends at its first end-of-turn token (tokenizer eos and `generation_config.json` eos ids).
+* The turn ends at its first end-of-turn token: the one the chat template writes after an assistant
+  turn (`data.turns`), `generation_config.json`'s eos ids and the tokenizer's eos.
 * Character positions map to tokens through the fast tokenizer's offsets; a boundary falling
   inside a token drops the row instead of shifting the mask.
 * Templates with `{% generation %}` markers: the markers' assistant mask is intersected with the
@@ -63,6 +64,7 @@ import numpy as np
 
 from draftsmith.core.errors import InputError
 from draftsmith.data.reasoning import THINK_CLOSE, THINK_OPEN
+from draftsmith.data.turns import end_of_turn_ids
 
 GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
 PROBE_CONTENTS = ("A", "B")
@@ -204,20 +206,19 @@ class ChatMasker:
         self.config = config
         self.template_kwargs = dict(config.chat_template_kwargs)
         self._row_kwargs: dict[str, Any] = {}
-        eot_ids = set(_generation_config_eos(tokenizer_path))
-        if tokenizer.eos_token_id is not None:
-            eot_ids.add(int(tokenizer.eos_token_id))
+        # The template's own end of turn first: a finished engine row lacking one is closed with it
+        # (Gemma's <end_of_turn>, not its <eos>).
+        eot_ids = end_of_turn_ids(tokenizer, _generation_config_eos(tokenizer_path), self.template_kwargs)
         for token in config.end_of_turn_tokens:
             token_id = tokenizer.convert_tokens_to_ids(token)
             if token_id is None or token_id == tokenizer.unk_token_id:
                 raise InputError(f"end-of-turn token {token!r} is not in the tokenizer's vocabulary")
-            eot_ids.add(int(token_id))
+            eot_ids.append(int(token_id))
         if not eot_ids:
-            raise InputError("the tokenizer has no eos token; pass the end-of-turn token explicitly")
+            raise InputError("the tokenizer has no eos token and its chat template writes no special token after "
+                             "an assistant turn; pass the end-of-turn token with --end-of-turn")
         self.end_of_turn_ids = frozenset(eot_ids)
-        self.primary_end_of_turn = (
-            int(tokenizer.eos_token_id) if tokenizer.eos_token_id is not None else min(eot_ids)
-        )
+        self.primary_end_of_turn = eot_ids[0]
         self.vocab_size = len(tokenizer)
         self.backend = tokenizer.backend_tokenizer
         self.has_generation_markers = bool(GENERATION_MARKER.search(_template_text(tokenizer)))

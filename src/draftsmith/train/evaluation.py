@@ -39,25 +39,29 @@ def published_best(out_dir: Path) -> tuple[float, int] | None:
         return None  # no record (or an older run's drafter-best without one): nothing to keep
 
 
-def encode_prompts(path: Path, target_dir: Path, template: dict | None, limit: int) -> list[list[int]]:
-    """The token ids of the first `limit` prompts of `path`, through the target's chat template."""
+def encode_prompts(path: Path, target_dir: Path, template: dict | None, limit: int) -> tuple[list[list[int]], list[int]]:
+    """The token ids of the first `limit` prompts of `path`, through the target's chat template, and
+    the ids that end a turn (the template's end of turn, generation_config's and the tokenizer's eos)."""
     from transformers import AutoTokenizer
 
     from draftsmith.data.prompts import generation_prompt_ids, load_prompts
+    from draftsmith.data.turns import end_of_turn_ids
+    from draftsmith.model.target import generation_stop_ids
 
     prompts, _ = load_prompts(path)
     if not prompts:
         raise InputError(f"{path}: --eval-prompts holds no prompt")
     tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
     kwargs = (template or {}).get("kwargs") or {}
-    return [generation_prompt_ids(tokenizer, prompt.messages, prompt.tools, kwargs) for prompt in prompts[:limit]]
+    encoded = [generation_prompt_ids(tokenizer, prompt.messages, prompt.tools, kwargs) for prompt in prompts[:limit]]
+    return encoded, end_of_turn_ids(tokenizer, generation_stop_ids(target_dir), kwargs)
 
 
 class SpeculativeEval:
     """Loaded once before training (bad prompts fail before the first step); `run` at each eval point."""
 
     def __init__(self, config, trainer, template: dict | None):
-        self.prompts = encode_prompts(config.eval_prompts, config.target, template, config.eval_max_prompts)
+        self.prompts, self.stops = encode_prompts(config.eval_prompts, config.target, template, config.eval_max_prompts)
         self.max_new_tokens = config.eval_max_new_tokens
         self.config, self.trainer = config, trainer
         self._target = trainer.target  # online: the training target; offline: loaded at the first eval
@@ -72,10 +76,9 @@ class SpeculativeEval:
     @torch.no_grad()
     def run(self) -> dict:
         """{"eval_tau", "eval_tokens", "eval_cycles", "eval_s"} over every prompt."""
-        from draftsmith.model.speculative import default_stop_token_ids, speculative_decode
+        from draftsmith.model.speculative import speculative_decode
 
-        target, drafter = self.target(), self.trainer.drafter
-        stops = default_stop_token_ids(target)
+        target, drafter, stops = self.target(), self.trainer.drafter, self.stops
         started, tokens, cycles = time.perf_counter(), 0, 0
         drafter.eval()
         try:

@@ -22,12 +22,13 @@ from draftsmith.core.io import atomic_path, write_json_atomic
 from draftsmith.core.lock import lock_directory
 from draftsmith.core.manifest import check_manifest, record_partial_inputs, require_complete, tokenizer_fingerprint
 from draftsmith.data.sources import check_finished
-from draftsmith.core.progress import Progress
+from draftsmith.core.progress import LongRunWarning, Progress
 from draftsmith.data.tokenized import TokenizedDataset, load_tokenized
 from draftsmith.model.config import FEATURE_DEFINITION, resolve_layer_ids
 from draftsmith.model.feature_store import FEATURES_KIND, FEATURES_VERSION, INDEX_NAME
 from draftsmith.train.config import ExtractConfig
 from draftsmith.train.data import check_vocabulary
+from draftsmith.train.distributed import resolve_device
 
 SHARD_TARGET_BYTES = 1 << 30
 
@@ -108,6 +109,12 @@ def _extract(settings: ExtractConfig, started: float, echo) -> ExtractResult:
     done = {shard["first"] for shard in shards}
     total_shards = (len(dataset) + plan.samples_per_shard - 1) // plan.samples_per_shard
     bytes_written, skipped, model = 0, 0, None
+    pending = [index for index in range(total_shards) if index * plan.samples_per_shard not in done]
+    pending_tokens = sum(sample.num_tokens for index in pending
+                         for sample in dataset.samples[index * plan.samples_per_shard:(index + 1) * plan.samples_per_shard])
+    long_run = LongRunWarning("extract", pending_tokens, "token", [
+        f"--max-length (now {settings.max_length}) truncates each sample", "a smaller tokenized set (--data)",
+        "a GPU (--device cuda)"], enabled=torch.device(resolve_device(settings.device)).type == "cpu")
     with Progress("extract", len(dataset), unit="samples", enabled=settings.progress) as bar:
         for shard_number in range(total_shards):
             first = shard_number * plan.samples_per_shard
@@ -118,7 +125,7 @@ def _extract(settings: ExtractConfig, started: float, echo) -> ExtractResult:
                 continue
             if model is None:
                 model = _load_target(settings)
-            tensors = _shard_tensors(model, samples, plan.layer_ids, settings, bar)
+            tensors = _shard_tensors(model, samples, plan.layer_ids, settings, bar, long_run)
             shard = _write_shard(out, shard_number, first, samples, tensors)
             bytes_written += (out / shard["file"]).stat().st_size
             shards = sorted([*shards, shard], key=lambda item: item["first"])
@@ -197,7 +204,6 @@ def _finished_shards(index_path: Path, header: dict) -> list[dict]:
 
 def _load_target(settings: ExtractConfig):
     from draftsmith.model.target import load_target_model
-    from draftsmith.train.distributed import resolve_device
 
     device = torch.device(resolve_device(settings.device))
     # Stored in the asked dtype either way; on CPU the forward runs in fp32 (no fast bf16 matmuls there).
@@ -205,7 +211,8 @@ def _load_target(settings: ExtractConfig):
 
 
 @torch.no_grad()
-def _shard_tensors(model, samples, layer_ids: list[int], settings: ExtractConfig, bar) -> dict[str, torch.Tensor]:
+def _shard_tensors(model, samples, layer_ids: list[int], settings: ExtractConfig, bar,
+                   long_run: LongRunWarning | None = None) -> dict[str, torch.Tensor]:
     """The target's captured features of one shard's samples, in batches, as the shard's tensors."""
     from draftsmith.model import extract_target_features
 
@@ -222,6 +229,8 @@ def _shard_tensors(model, samples, layer_ids: list[int], settings: ExtractConfig
         features = extract_target_features(model, input_ids.to(device), attention.to(device), layer_ids)
         pieces += [features[row, : sample.num_tokens].to("cpu", stored) for row, sample in enumerate(chunk)]
         bar.advance(len(chunk), tokens=sum(sample.num_tokens for sample in chunk))
+        if long_run is not None:
+            long_run.observe(bar.tokens)
     lengths = torch.tensor([0] + [sample.num_tokens for sample in samples], dtype=torch.int64)
     return {
         "features": torch.cat(pieces).contiguous(),

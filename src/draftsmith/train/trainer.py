@@ -33,14 +33,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from draftsmith.core.config import torch_dtype
+from draftsmith.core.config import cpu_multiplies_bf16_natively, torch_dtype
 from draftsmith.core.errors import InputError
 from draftsmith.core.io import open_append, write_atomic, write_json_atomic
 from draftsmith.core.limits import workers_for
 from draftsmith.core.lock import lock_directory
 from draftsmith.core.manifest import MANIFEST_NAME, check_manifest
 from draftsmith.core.paths import require_output_dir
-from draftsmith.core.progress import Progress
+from draftsmith.core.progress import LongRunWarning, Progress
 from draftsmith.data.tokenized import TokenizedDataset
 from draftsmith.train.blocks import BlockBatch
 from draftsmith.train.checkpoints import CHECKPOINT_DIR, Checkpointer, cut_log, newest_intact_checkpoint
@@ -298,10 +298,13 @@ def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
     evaluator = SpeculativeEval(config, trainer, run.template) if config.eval_prompts is not None and context.is_main else None
     deadline = None if config.max_minutes is None else time.perf_counter() + 60 * config.max_minutes
     stopped_by_time = False  # this run's own: a resumed run has its own deadline
+    long_run = LongRunWarning("train", total_steps, "step", train_time_cuts(config, trainer.compute_dtype_name),
+                              enabled=context.is_main and context.device.type == "cpu")
     with RunLog(config, context, out_dir, total_steps, state.step) as log:
         for step_batch in loader:
             _train_step(trainer, model, optimizer, scaler, metrics, step_batch, config.grad_clip, scheduler)
             state.finish_step(step_batch.epoch, step_batch.step_in_epoch, step_batch.last_in_epoch)
+            long_run.observe(state.step)
             metrics.end_step(state.step, trainer.last_grad_norm, step_batch.num_tokens)
             log.progress.advance(1)
             log_due = state.step % config.log_every == 0 or state.step == total_steps
@@ -329,6 +332,20 @@ def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
     drafter_dir = checkpointer.publish_final(trainer.drafter_config, out_dir, FINAL_DIR)
     return _finish(config, context, trainer, state, log.last_record, metrics, drafter_dir, started, resumed_from,
                    stopped_by_time)
+
+
+def train_time_cuts(config: TrainConfig, compute_dtype: str) -> list[str]:
+    """The flags that cut a CPU training run, with this run's values (the long-run warning's hints)."""
+    cuts = [f"--block-size (now {config.block_size}; 8 halves the drafter's tokens per anchor)",
+            f"--num-anchors (now {config.num_anchors}; blocks per sequence)",
+            f"--draft-layers (now {config.num_draft_layers})",
+            "--max-steps or --epochs (now "
+            + (f"{config.max_steps} steps" if config.max_steps else f"{config.epochs} epochs") + ")"]
+    if config.offline_features is None:
+        cuts.append("--offline FEATURES (draftsmith extract once: no target forward per step)")
+    if compute_dtype != "bfloat16" and cpu_multiplies_bf16_natively():
+        cuts.append("--dtype bf16 (this CPU multiplies bf16 natively)")
+    return cuts
 
 
 def _past(deadline: float, context: DistributedContext) -> bool:
