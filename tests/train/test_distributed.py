@@ -148,3 +148,25 @@ def test_eval_prompts_under_ddp_and_refused_under_fsdp(regenerated, tiny_target_
     assert (out / "drafter-best" / "model.safetensors").is_file()
     completed = torchrun(tiny_target_dir, regenerated, tmp_path / "fsdp", "--sharding", "fsdp", "--eval-prompts", str(prompts), expect=1)
     assert "--eval-prompts runs under --sharding ddp or in one process" in completed.stderr
+
+
+def test_dpace_two_ranks_and_fsdp_equal_one_process(regenerated, tiny_target_dir, tmp_path):
+    # D-PACE divides by the step's block count over every micro-batch and rank: the ranks' samples
+    # hold different numbers of blocks, so a rank-local count would give another update than one
+    # process over the same global batch (NeMo Automodel #2572). Here all three agree.
+    dpace = ("--loss-weights", "dpace", "--dpace-alpha", "0.5")
+    ddp, fsdp = tmp_path / "ddp", tmp_path / "fsdp"
+    torchrun(tiny_target_dir, regenerated, ddp, "--sharding", "ddp", *dpace)
+    torchrun(tiny_target_dir, regenerated, fsdp, "--sharding", "fsdp", *dpace)
+    single = train_drafter(TrainConfig(target=tiny_target_dir, data=regenerated, out=tmp_path / "one", dtype="fp32", device="cpu",
+                                       num_threads=1, progress=False, data_workers=0, loss_weights="dpace", dpace_alpha=0.5,
+                                       **{**SHAPE, "grad_accum": 4}))  # fmt: skip
+    assert json.loads((tmp_path / "one" / "manifest.json").read_text())["settings"]["loss_weights"] == "dpace"
+    for run in (ddp, fsdp):
+        summary = json.loads((run / "train_summary.json").read_text())
+        for (step, two), (_, one) in zip(summary["losses"], single.losses, strict=True):
+            assert two == pytest.approx(one, rel=1e-5), (run.name, step)
+        for two, one in zip(_log(run), _log(tmp_path / "one"), strict=True):
+            assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-5), run.name
+        for name, tensor in _weights(tmp_path / "one").items():
+            torch.testing.assert_close(_weights(run)[name], tensor, rtol=1e-4, atol=1e-5, msg=f"{run.name} {name}")
