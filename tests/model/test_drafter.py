@@ -51,7 +51,8 @@ def test_build_config_matches_the_checkpoint_format(tiny_target, tiny_drafter_co
     assert config.num_hidden_layers == 2 and config.layer_types == ["full_attention"] * 2
     assert config.block_size == 8 and config.num_target_layers == 4
     assert config.dflash_config == {
-        "mask_token_id": 3, "target_layer_ids": [0, 1, 2], "feature_definition": FEATURE_DEFINITION
+        "mask_token_id": 3, "target_layer_ids": [0, 1, 2], "feature_definition": FEATURE_DEFINITION,
+        "trained_windows": [None, None],  # full attention, recorded for `check`
     }
     for field in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size"):
         assert getattr(config, field) == getattr(tiny_target.config, field)
@@ -201,7 +202,8 @@ def test_save_and_load_round_trip(tmp_path, tiny_target, tiny_tokenizer, tiny_dr
     for key in ("block_size", "num_target_layers", "num_hidden_layers", "layer_types", "dflash_config"):
         assert key in config
     assert config["dflash_config"] == {
-        "mask_token_id": 3, "target_layer_ids": [0, 1, 2], "feature_definition": FEATURE_DEFINITION
+        "mask_token_id": 3, "target_layer_ids": [0, 1, 2], "feature_definition": FEATURE_DEFINITION,
+        "trained_windows": [None, None],  # full attention, recorded for `check`
     }
     assert config["rope_theta"] == config["rope_parameters"]["rope_theta"] and config["rope_scaling"] is None
     assert not {"id2label", "label2id", "problem_type", "return_dict"} & set(config)
