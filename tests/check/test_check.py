@@ -133,11 +133,14 @@ def _sliding(export, window):
 
 
 def test_a_dropped_sliding_window_is_named(export_copy, tiny_target_dir, capsys):
+    # The export records the windows it was trained with (full attention here): serving it with a
+    # window, and causally as vLLM serves a sliding layer without is_causal false, are both errors.
     windowed = export_copy("windowed")
     _sliding(windowed, 64)
     code, lines = _run(capsys, windowed, tiny_target_dir, "--no-parity")
-    assert code == 0, lines  # consistent: a warning that draftsmith evaluates full attention only
-    assert any(line.startswith("warning: layer_types: is sliding layers") for line in lines)
+    assert code == 1, lines
+    assert any(line.startswith("error: layer_types / sliding_window: is served windows [64") for line in lines), lines
+    assert any(line.startswith("error: is_causal: is unset") for line in lines), lines
 
     dropped = export_copy("dropped")
     _sliding(dropped, None)
@@ -149,6 +152,36 @@ def test_a_dropped_sliding_window_is_named(export_copy, tiny_target_dir, capsys)
     _edit_config(disabled, use_sliding_window=False)
     code, lines = _run(capsys, disabled, tiny_target_dir, "--no-parity")
     assert code == 1 and any(line.startswith("error: use_sliding_window: is false") for line in lines), lines
+
+
+def test_export_and_training_must_agree_on_the_window(export_copy, tiny_target_dir, capsys):
+    layers = json.loads((export_copy("probe") / "config.json").read_text())["num_hidden_layers"]
+    consistent = export_copy("consistent")  # as `train --draft-sliding-window 64` exports it
+    _sliding(consistent, 64)
+    _edit_config(consistent, is_causal=False, dflash_causal=False, dflash_trained_windows=[64] * layers)
+    code, lines = _run(capsys, consistent, tiny_target_dir, "--no-parity")
+    assert code == 0 and not [line for line in lines if "sliding" in line or "is_causal" in line], lines
+
+    widened = export_copy("widened")  # trained with 64, config edited to serve 128
+    _sliding(widened, 128)
+    _edit_config(widened, is_causal=False, dflash_trained_windows=[64] * layers)
+    code, lines = _run(capsys, widened, tiny_target_dir, "--no-parity")
+    assert code == 1 and any(line.startswith("error: layer_types / sliding_window: is served windows [128")
+                             and "the trained windows [64" in line for line in lines), lines
+
+    full = export_copy("full")  # trained with a window, served with full attention
+    _edit_config(full, dflash_trained_windows=[64] * layers)
+    code, lines = _run(capsys, full, tiny_target_dir, "--no-parity")
+    assert code == 1 and any(line.startswith("error: layer_types / sliding_window: is served windows [None") for line in lines), lines
+
+    unrecorded = export_copy("unrecorded")  # a drafter from elsewhere: served windowed, training unknown
+    _sliding(unrecorded, 64)
+    _edit_config(unrecorded, is_causal=False, dflash_trained_windows=None)
+    config = json.loads((unrecorded / "config.json").read_text())
+    del config["dflash_config"]["trained_windows"]
+    (unrecorded / "config.json").write_text(json.dumps(config))
+    code, lines = _run(capsys, unrecorded, tiny_target_dir, "--no-parity")
+    assert code == 0 and any(line.startswith("warning: dflash_config.trained_windows: is not recorded") for line in lines), lines
 
 
 def test_parity_catches_what_only_one_implementation_honours(export_copy, tiny_target_dir, capsys, dflash_reference):

@@ -233,3 +233,46 @@ def test_export_to_a_name_near_the_length_limit(tmp_path, drafter):
         assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == sorted(
             p.name for p in tmp_path.iterdir() if p.name.endswith(".draftsmith.lock"))  # no staging left behind
         assert main(["status", "--json", str(out)]) == 0  # status finds the export's lock beside it
+
+
+@pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated")
+def test_a_sliding_window_round_trips_into_the_keys_engines_read(tmp_path, target, tiny_tokenizer, dflash_reference):
+    # Trained with a window, exported with the keys vLLM's DFlash and the reference read (layer_types,
+    # sliding_window, is_causal false), and decoded in process with that window: the reference
+    # package, which reads those keys, drafts exactly what our speculative decoding drafts.
+    from draftsmith.evaluate import speculative_decode
+    from draftsmith.model.config import layer_windows
+
+    torch.manual_seed(2)
+    config = build_drafter_config(target.config, num_draft_layers=2, block_size=8, mask_token_id=3, sliding_window=8)
+    windowed = DFlashDraftModel(config)
+    with torch.no_grad():
+        for parameter in windowed.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    result = export_drafter(windowed.eval(), tmp_path / "export")
+    assert result.reference_check.startswith("passed")  # the probe's context is longer than the window
+    written = json.loads((result.path / "config.json").read_text())
+    assert written["layer_types"] == ["sliding_attention"] * 2 and written["sliding_window"] == 8
+    assert written["use_sliding_window"] is True and written["is_causal"] is False
+    assert written["dflash_config"]["causal"] is False and written["dflash_config"]["trained_windows"] == [8, 8]
+    assert "sliding windows [8, 8]" in (result.path / "README.md").read_text()
+    reloaded = load_drafter(result.path)
+    assert layer_windows(reloaded.config) == [8, 8]
+
+    reference = dflash_reference.DFlashDraftModel.from_pretrained(str(result.path), attn_implementation="sdpa", dtype=torch.float32)
+    ids = _real_inputs(target, tiny_tokenizer, reloaded)[0]
+    assert ids.shape[1] > 8  # the prompt alone is longer than the window
+    stop = [tiny_tokenizer.eos_token_id]
+    ref_ids = reference.spec_generate(target, ids, max_new_tokens=24, stop_token_ids=stop)
+    ours = speculative_decode(target, reloaded, ids, 24, stop)
+    assert ref_ids[0, ids.shape[1] :].tolist() == ours.tokens
+    # The same weights without the window draft other blocks: the window is what made them agree.
+    unwindowed = DFlashDraftModel(build_drafter_config(target.config, num_draft_layers=2, block_size=8, mask_token_id=3))
+    unwindowed.load_state_dict(reloaded.state_dict())
+    positions, noise, context = _real_inputs(target, tiny_tokenizer, reloaded)[1:]
+    with torch.no_grad():
+        a = reloaded(position_ids=positions, noise_embedding=noise, target_hidden=context)
+        b = unwindowed.eval()(position_ids=positions, noise_embedding=noise, target_hidden=context)
+        c = reference(position_ids=positions, noise_embedding=noise, target_hidden=context)
+    assert (a - b).abs().max() > 1e-4
+    torch.testing.assert_close(a, c, atol=1e-5, rtol=1e-4)

@@ -223,9 +223,9 @@ def test_under_bf16_autocast_q_and_k_reach_attention_in_bf16(mode, monkeypatch):
     assert model.layers[0].self_attn.q_norm.weight.dtype == torch.float32
     seen = []
 
-    def recording(query, key, value, layout, scale, dropout_p=0.0):
+    def recording(query, key, value, layout, scale, dropout_p=0.0, window=None):
         seen.append((query.dtype, key.dtype, value.dtype))
-        return block_attention(query, key, value, layout, scale, dropout_p)
+        return block_attention(query, key, value, layout, scale, dropout_p, window)
 
     monkeypatch.setattr(drafter_module, "block_attention", recording)
     anchors, valid = torch.tensor([[1, 5]]), torch.tensor([[True, True]])
@@ -238,3 +238,48 @@ def test_under_bf16_autocast_q_and_k_reach_attention_in_bf16(mode, monkeypatch):
     hidden.float().sum().backward()
     assert seen == [(torch.bfloat16,) * 3] * 2
     assert model.layers[0].self_attn.q_proj.weight.grad is not None
+
+
+def _windowed_reference_mask(anchors, valid, context_length, block_size, window):
+    """The window rule written out per query and key, independently of `_visible`: the query at
+    position a+k sees context p < a with a+k-p < window, and its block's offsets within window-1."""
+    batch, blocks = anchors.shape
+    queries = blocks * block_size
+    mask = torch.zeros(batch, 1, queries, context_length + queries, dtype=torch.bool)
+    for s in range(batch):
+        for n in range(blocks):
+            a = int(anchors[s, n])
+            for k in range(block_size):
+                q = n * block_size + k
+                for p in range(context_length):
+                    mask[s, 0, q, p] = bool(valid[s, n]) and p < a and (a + k) - p < window
+                for j in range(block_size):
+                    mask[s, 0, q, context_length + n * block_size + j] = abs(k - j) < window
+    return mask
+
+
+@pytest.mark.parametrize("window", [4, 6, 11])
+def test_a_sliding_window_hides_context_beyond_it_in_every_path(window):
+    anchors, valid, context_length = _layout([40, 23], [9, 4], 4, seed=window)
+    dense = BlockLayout(anchors, valid, context_length, 4, mode="dense")
+    assert torch.equal(dense.dense_mask(window), _windowed_reference_mask(anchors, valid, context_length, 4, window))
+    assert not torch.equal(dense.dense_mask(window), dense.dense_mask())  # the window cuts something here
+    inputs = _attention_inputs(dense, 4, 2, 8, seed=2)
+    expected, expected_grads = _run_windowed(dense, inputs, 0.35, window)
+    for tiles, recompute in ((8, False), (8, True), (1024, None)):
+        sparse = BlockLayout(anchors, valid, context_length, 4, tile_queries=tiles, recompute_tiles=recompute)
+        actual, grads = _run_windowed(sparse, inputs, 0.35, window)
+        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+        for a, b in zip(grads, expected_grads, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    query, key, value = (tensor.detach() for tensor in inputs)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        flex = block_attention(query, key, value, dense.with_mode("flex"), 0.35, window=window)
+    torch.testing.assert_close(flex, expected, rtol=1e-5, atol=1e-5)
+
+
+def _run_windowed(layout, inputs, scale, window):
+    output = block_attention(*inputs, layout, scale, window=window)
+    weights = torch.randn(output.shape, generator=torch.Generator().manual_seed(99))
+    return output.detach(), torch.autograd.grad((output * weights).sum(), inputs)

@@ -51,7 +51,8 @@ def test_build_config_matches_the_checkpoint_format(tiny_target, tiny_drafter_co
     assert config.num_hidden_layers == 2 and config.layer_types == ["full_attention"] * 2
     assert config.block_size == 8 and config.num_target_layers == 4
     assert config.dflash_config == {
-        "mask_token_id": 3, "target_layer_ids": [0, 1, 2], "feature_definition": FEATURE_DEFINITION
+        "mask_token_id": 3, "target_layer_ids": [0, 1, 2], "feature_definition": FEATURE_DEFINITION,
+        "trained_windows": [None, None],  # full attention, recorded for `check`
     }
     for field in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size"):
         assert getattr(config, field) == getattr(tiny_target.config, field)
@@ -201,7 +202,8 @@ def test_save_and_load_round_trip(tmp_path, tiny_target, tiny_tokenizer, tiny_dr
     for key in ("block_size", "num_target_layers", "num_hidden_layers", "layer_types", "dflash_config"):
         assert key in config
     assert config["dflash_config"] == {
-        "mask_token_id": 3, "target_layer_ids": [0, 1, 2], "feature_definition": FEATURE_DEFINITION
+        "mask_token_id": 3, "target_layer_ids": [0, 1, 2], "feature_definition": FEATURE_DEFINITION,
+        "trained_windows": [None, None],  # full attention, recorded for `check`
     }
     assert config["rope_theta"] == config["rope_parameters"]["rope_theta"] and config["rope_scaling"] is None
     assert not {"id2label", "label2id", "problem_type", "return_dict"} & set(config)
@@ -259,3 +261,44 @@ def test_gradient_checkpointing_keeps_gradients(tiny_drafter_config):
     model(position_ids=torch.arange(13)[None], noise_embedding=noise, target_hidden=context).square().mean().backward()
     assert model.layers[0].gradient_checkpointing
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for n, p in model.named_parameters() if "norm" not in n)
+
+
+def test_a_sliding_window_drafter_trains_and_decodes_with_the_same_window(tiny_target, tiny_drafter_config):
+    # The config carries the window the way engines read it; the training layout and the cached
+    # inference path both apply it, so a block scored in training equals the block drafted with a cache.
+    from transformers import DynamicCache
+
+    from draftsmith.model.block_attention import BlockLayout
+    from draftsmith.model.config import layer_windows
+
+    window, block = 10, 8
+    config = build_drafter_config(tiny_target.config, num_draft_layers=2, block_size=block,
+                                  mask_token_id=tiny_drafter_config.mask_token_id, sliding_window=window)
+    assert config.layer_types == ["sliding_attention"] * 2 and config.sliding_window == window
+    assert config.use_sliding_window and config.is_causal is False and config.dflash_config["causal"] is False
+    assert config.dflash_config["trained_windows"] == [window, window] == layer_windows(config)
+    with pytest.raises(ValueError, match="at least the block size"):
+        build_drafter_config(tiny_target.config, block_size=block, mask_token_id=1, sliding_window=block - 1)
+    torch.manual_seed(0)
+    windowed = DFlashDraftModel(config).eval()
+    full = DFlashDraftModel(tiny_drafter_config).eval()
+    full.load_state_dict(windowed.state_dict())
+    hidden = config.hidden_size
+    generator = torch.Generator().manual_seed(3)
+    context, anchor = 30, 25  # the block at 25..32 sees context 25+k-9..24 only
+    features = torch.randn(1, context, len(config.target_layer_ids) * hidden, generator=generator)
+    noise = torch.randn(1, block, hidden, generator=generator)
+    with torch.no_grad():
+        layout = BlockLayout(torch.tensor([[anchor]]), torch.tensor([[True]]), context, block)
+        positions = torch.cat([torch.arange(context), torch.arange(anchor, anchor + block)]).unsqueeze(0)
+        trained = windowed(position_ids=positions, attention_mask=layout, noise_embedding=noise, target_hidden=features)
+        unwindowed = full(position_ids=positions, attention_mask=layout, noise_embedding=noise, target_hidden=features)
+        assert (trained - unwindowed).abs().max() > 1e-4  # the window changes what the block sees
+        # Inference: the context up to the anchor in the cache (two calls), then the block.
+        cache = DynamicCache()
+        windowed(position_ids=torch.arange(12 + block).unsqueeze(0), noise_embedding=noise, target_hidden=features[:, :12],
+                 past_key_values=cache, use_cache=True)
+        cache.crop(-block)
+        drafted = windowed(position_ids=torch.arange(12, anchor + block).unsqueeze(0), noise_embedding=noise,
+                           target_hidden=features[:, 12:anchor], past_key_values=cache, use_cache=True)
+    torch.testing.assert_close(drafted, trained, atol=1e-5, rtol=1e-4)

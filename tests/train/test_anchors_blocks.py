@@ -97,3 +97,22 @@ def test_block_batch_pads_sequences_and_anchor_counts():
     assert batch.anchor_valid.tolist() == [[True, True, True], [True, False, False]]
     assert batch.label_mask[1, 1:].sum() == 0
     assert batch.labels[1, 0].tolist() == [3, 4]
+
+
+def test_anchor_coverage_counts_trainable_tokens_some_block_predicts():
+    from draftsmith.train.blocks import build_block_batch
+
+    # 12 tokens, the response from position 4 on (8 trainable); blocks of 4 predict anchor+1..anchor+3.
+    mask = torch.tensor([0] * 4 + [1] * 8)
+    ids = torch.arange(12)
+    one = build_block_batch([(ids, mask, torch.tensor([5]))], 4, 99)
+    assert (one.trainable_tokens, one.covered_tokens) == (8, 3)  # 6, 7, 8
+    # Overlapping blocks count a token once; labels past the end are not tokens.
+    two = build_block_batch([(ids, mask, torch.tensor([5, 6, 10]))], 4, 99)
+    assert (two.trainable_tokens, two.covered_tokens) == (8, 5)  # 6..9 and 11
+    # Per sequence: each sample (one document) keeps its own anchors; a prompt label is never covered.
+    prompt_mask = torch.tensor([1] * 3 + [0] * 3 + [1] * 6)
+    batch = build_block_batch([(ids, mask, torch.tensor([5])), (ids, prompt_mask, torch.tensor([1, 6]))], 4, 99)
+    assert (batch.trainable_tokens, batch.covered_tokens) == (8 + 9, 3 + 1 + 3)  # 2; 7, 8, 9
+    moved = batch.to(torch.device("cpu"))
+    assert (moved.trainable_tokens, moved.covered_tokens) == (batch.trainable_tokens, batch.covered_tokens)

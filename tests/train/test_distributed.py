@@ -148,3 +148,37 @@ def test_eval_prompts_under_ddp_and_refused_under_fsdp(regenerated, tiny_target_
     assert (out / "drafter-best" / "model.safetensors").is_file()
     completed = torchrun(tiny_target_dir, regenerated, tmp_path / "fsdp", "--sharding", "fsdp", "--eval-prompts", str(prompts), expect=1)
     assert "--eval-prompts runs under --sharding ddp or in one process" in completed.stderr
+
+
+def test_dpace_two_ranks_and_fsdp_equal_one_process(regenerated, tiny_target_dir, tmp_path):
+    # D-PACE divides by the step's block count over every micro-batch and rank: the ranks' samples
+    # hold different numbers of blocks, so a rank-local count would give another update than one
+    # process over the same global batch (NeMo Automodel #2572). Here all three agree.
+    from draftsmith.train.loader import StepSource
+
+    dataset = load_tokenized(regenerated)
+    shape = {**SHAPE, "num_anchors": 64}  # more than most samples hold: block counts differ by sample
+    source = StepSource(dataset, seed=0, num_anchors=64, block_size=SHAPE["block_size"], mask_token_id=0)
+    blocks = []  # per step: the block count of each rank's micro-batches
+    for rank in (0, 1):
+        sampler = StepSampler(trainable_indices(dataset), seed=0, rank=rank, world_size=2, batch_size=1, grad_accum=2, epochs=1,
+                              total_steps=SHAPE["max_steps"])  # fmt: skip
+        blocks.append([[int(batch.anchor_valid.sum()) for batch in source[step].micro_batches] for step in sampler])
+    # Uneven: a local denominator would weigh these micro-batches differently from the global one.
+    assert any(len({*blocks[0][step], *blocks[1][step]}) > 1 for step in range(SHAPE["max_steps"])), blocks
+    dpace = ("--loss-weights", "dpace", "--dpace-alpha", "0.5")
+    ddp, fsdp = tmp_path / "ddp", tmp_path / "fsdp"
+    torchrun(tiny_target_dir, regenerated, ddp, "--sharding", "ddp", *dpace, num_anchors=64)
+    torchrun(tiny_target_dir, regenerated, fsdp, "--sharding", "fsdp", *dpace, num_anchors=64)
+    single = train_drafter(TrainConfig(target=tiny_target_dir, data=regenerated, out=tmp_path / "one", dtype="fp32", device="cpu",
+                                       num_threads=1, progress=False, data_workers=0, loss_weights="dpace", dpace_alpha=0.5,
+                                       **{**shape, "grad_accum": 4}))  # fmt: skip
+    assert json.loads((tmp_path / "one" / "manifest.json").read_text())["settings"]["loss_weights"] == "dpace"
+    for run in (ddp, fsdp):
+        summary = json.loads((run / "train_summary.json").read_text())
+        for (step, two), (_, one) in zip(summary["losses"], single.losses, strict=True):
+            assert two == pytest.approx(one, rel=1e-5), (run.name, step)
+        for two, one in zip(_log(run), _log(tmp_path / "one"), strict=True):
+            assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-5), run.name
+        for name, tensor in _weights(tmp_path / "one").items():
+            torch.testing.assert_close(_weights(run)[name], tensor, rtol=1e-4, atol=1e-5, msg=f"{run.name} {name}")

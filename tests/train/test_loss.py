@@ -156,3 +156,82 @@ def test_chunked_loss_under_bf16_autocast_matches_its_one_pass():
         results.append((output.loss.item(), grad))
     assert results[0][0] == pytest.approx(results[1][0], abs=1e-6)
     torch.testing.assert_close(results[0][1], results[1][1], atol=1e-6, rtol=0)
+
+
+def test_dpace_weights_by_hand():
+    # One block, three predictions with confidences q = 0.8, 0.5, 0.2; alpha 0.5 smooths them to
+    # q~ = 0.9, 0.75, 0.6; w_j = sum_{m >= j} prod_{i <= m} q~_i (arXiv 2605.18810, Eq. 7-8).
+    from draftsmith.train.loss import dpace_position_weights
+
+    q = torch.tensor([[0.8, 0.5, 0.2]])
+    ce = -torch.log(q)
+    mask = torch.ones(1, 3)
+    reach = [0.9, 0.9 * 0.75, 0.9 * 0.75 * 0.6]
+    expected = [sum(reach), reach[1] + reach[2], reach[2]]
+    assert dpace_position_weights(ce, mask, 0.5)[0].tolist() == pytest.approx(expected, rel=1e-6)
+    # A masked offset is a no-op in the products and adds nothing to the sums; it gets no weight.
+    masked = dpace_position_weights(ce, torch.tensor([[1.0, 0.0, 1.0]]), 0.5)[0].tolist()
+    assert masked == pytest.approx([0.9 + 0.9 * 0.6, 0.0, 0.9 * 0.6], rel=1e-6)
+    # alpha 1 ignores confidence: each offset weighs the number of labelled offsets from it on.
+    assert dpace_position_weights(ce, mask, 1.0)[0].tolist() == pytest.approx([3.0, 2.0, 1.0])
+    for alpha in (0.0, -0.1, 1.5):
+        with pytest.raises(ValueError):
+            dpace_position_weights(ce, mask, alpha)
+
+
+def test_dpace_loss_is_weighted_ce_over_blocks_with_detached_weights():
+    from draftsmith.train.loss import dpace_position_weights, position_weighting
+
+    torch.manual_seed(1)
+    logits = torch.randn(2, 3, 4, 9, requires_grad=True)
+    labels = torch.randint(0, 9, (2, 3, 4))
+    label_mask = (torch.rand(2, 3, 4) > 0.2).float()
+    label_mask[1, 2] = 0  # a padding block: no labels, not counted
+    label_mask[..., 0] = torch.where(label_mask[..., 1:].sum(-1) > 0, 1.0, 0.0)
+    ce = F.cross_entropy(logits.detach().reshape(-1, 9), labels.reshape(-1), reduction="none").view(2, 3, 4)
+    weights = dpace_position_weights(ce, label_mask, 0.5)
+    blocks = (label_mask[..., 0] > 0).sum()
+    expected = (weights * ce).sum() / blocks
+    output = dflash_loss(logits, labels, label_mask, position_weighting("dpace", 5, alpha=0.5))
+    assert output.loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    assert output.blocks.item() == blocks.item()
+    # A global denominator (the step's blocks on every rank) replaces the local count.
+    scaled = dflash_loss(logits, labels, label_mask, position_weighting("dpace", 5), denominator=torch.tensor(4 * float(blocks)))
+    assert scaled.loss.item() == pytest.approx(expected.item() / 4, rel=1e-6)
+    # The weights carry no gradient: d loss / d logits is w * d CE / d logits.
+    output.loss.backward()
+    reference = logits.detach().clone().requires_grad_(True)
+    ce_live = F.cross_entropy(reference.reshape(-1, 9), labels.reshape(-1), reduction="none").view(2, 3, 4)
+    ((weights * ce_live).sum() / blocks).backward()
+    torch.testing.assert_close(logits.grad, reference.grad)
+
+
+def test_dpace_step_normalisation_does_not_depend_on_how_the_step_is_split():
+    # Four blocks' worth of data split 1+3 or 2+2 over micro-batches: with the step's block count as
+    # denominator the summed gradients are the same; a micro-batch-local count would differ.
+    from draftsmith.train.loss import StepNormaliser, position_weighting, step_block_count
+
+    torch.manual_seed(2)
+    logits = torch.randn(4, 1, 5, 7)
+    labels = torch.randint(0, 7, (4, 1, 5))
+    label_mask = torch.ones(4, 1, 5)
+    label_mask[0, 0, 3:] = 0
+    weighting = position_weighting("dpace", 6)
+
+    def step_gradient(splits):
+        leaf = logits.clone().requires_grad_(True)
+        masks = [label_mask[a:b] for a, b in splits]
+        normaliser = StepNormaliser(weighting, len(splits), 1, step_block_count(masks))
+        total = 0.0
+        for a, b in splits:
+            output = dflash_loss(leaf[a:b], labels[a:b], label_mask[a:b], weighting, normaliser.denominator)
+            normaliser.backward_term(output.loss).backward()
+            total += float(normaliser.share(output.loss))
+        return leaf.grad, total
+
+    one, loss_one = step_gradient([(0, 1), (1, 4)])
+    two, loss_two = step_gradient([(0, 2), (2, 4)])
+    whole, loss_whole = step_gradient([(0, 4)])
+    torch.testing.assert_close(one, two)
+    torch.testing.assert_close(one, whole)
+    assert loss_one == pytest.approx(loss_whole) and loss_two == pytest.approx(loss_whole)

@@ -42,7 +42,8 @@ def test_tensorboard_scalars_match_the_train_log(tokenized, tiny_target_dir, tmp
     accumulator = EventAccumulator(str(events[0].parent))
     accumulator.Reload()
     tags = set(accumulator.Tags()["scalars"])
-    expected = {"train/loss", "train/learning_rate", "train/grad_norm", "train/epoch", "train/tokens_per_s", "train/tau"}
+    expected = {"train/loss", "train/learning_rate", "train/grad_norm", "train/epoch", "train/tokens_per_s", "train/tau",
+                "train/anchor_coverage"}
     expected |= {f"train/acc_offset_{k}" for k in range(1, 8)}
     assert tags == expected
     records = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]

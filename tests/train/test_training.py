@@ -424,3 +424,65 @@ def test_a_cpu_run_of_hours_warns_with_its_projection_and_the_flags_that_cut_it(
     assert warning.startswith("draftsmith train: warning: this CPU run projects to ")
     for cut in ("--block-size (now 8", "--num-anchors", "--draft-layers (now 1)", "--offline FEATURES"):
         assert cut in warning, warning
+
+
+def test_anchor_coverage_is_logged_and_summarised_and_an_older_run_resumes_saying_what_it_did(
+    regenerated, tiny_target_dir, tmp_path, capsys
+):
+    from draftsmith.train.loader import StepSampler, StepSource, trainable_indices
+
+    config = small_config(tiny_target_dir, regenerated, tmp_path / "run", max_steps=3, num_anchors=2, save_every=2,
+                          data_workers=0)  # fmt: skip
+    result = train_drafter(config)
+    # The same numbers from the step's own batches: trainable tokens some block predicts / trainable tokens.
+    dataset = load_tokenized(regenerated)
+    source = StepSource(dataset, seed=0, num_anchors=2, block_size=8, mask_token_id=0)
+    sampler = StepSampler(trainable_indices(dataset), seed=0, rank=0, world_size=1, batch_size=4, grad_accum=1, epochs=1,
+                          total_steps=3)  # fmt: skip
+    counts = [source[step].coverage_counts for step in sampler]
+    covered, trainable = sum(c for c, _ in counts), sum(t for _, t in counts)
+    assert 0 < covered < trainable
+    assert result.anchor_coverage == pytest.approx(covered / trainable)
+    summary = json.loads((tmp_path / "run" / "train_summary.json").read_text())
+    assert summary["anchor_coverage"] == pytest.approx(covered / trainable)
+    log = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
+    assert [round(record["anchor_coverage"], 4) for record in log] == [round(c / t, 4) for c, t in counts]
+    # More anchors per sample (document) cover more of it.
+    wider = train_drafter(config.model_copy(update={"out": tmp_path / "wider", "num_anchors": 24}))
+    assert wider.anchor_coverage > result.anchor_coverage
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["settings"]["anchors_per"] == "document" and manifest["settings"]["loss_weights"] == "decay"
+
+    # A run written before draftsmith recorded these settings resumes, saying what it did and recording it.
+    old = tmp_path / "old"
+    shutil.copytree(tmp_path / "run", old)
+    shutil.rmtree(old / "checkpoints" / "step-00000003", ignore_errors=True)
+    for key in ("anchors_per", "loss_weights", "dpace_alpha", "draft_sliding_window"):
+        del manifest["settings"][key]
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    resumed = train_drafter(config.model_copy(update={"out": old, "resume": True}))
+    assert resumed.resumed_from_step == 2
+    said = capsys.readouterr().err
+    assert "predates the record of how --num-anchors counts" in said and "anchors_per document" in said
+    assert json.loads((old / "manifest.json").read_text())["settings"]["anchors_per"] == "document"
+    for (step, a), (_, b) in zip(result.losses, resumed.losses, strict=True):
+        assert a == pytest.approx(b, rel=1e-6, abs=1e-7), step
+    # Another loss weighting on resume is named, like any other changed setting.
+    with pytest.raises(InputError, match='loss_weights: "decay" -> "dpace"'):
+        train_drafter(config.model_copy(update={"out": old, "resume": True, "max_steps": 4, "loss_weights": "dpace"}))
+
+
+@pytest.mark.parametrize("flags, named", [
+    (("--draft-sliding-window", "0"), "--draft-sliding-window"),
+    (("--draft-sliding-window", "-4"), "--draft-sliding-window"),
+    (("--draft-sliding-window", "4", "--block-size", "8"), "--draft-sliding-window 4: smaller than --block-size 8"),
+    (("--loss-weights", "dpace", "--dpace-alpha", "0"), "--dpace-alpha"),
+    (("--loss-weights", "dpace", "--dpace-alpha", "1.5"), "--dpace-alpha"),
+    (("--loss-weights", "dpac"), "--loss-weights"),
+])
+def test_bad_recipe_flags_are_one_line_and_exit_2(flags, named, regenerated, tiny_target_dir, tmp_path, capsys):
+    code = main(["train", "--target", str(tiny_target_dir), "--data", str(regenerated), "--out", str(tmp_path / "o"), *flags])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and named in err[0], err
+    assert not (tmp_path / "o" / "checkpoints").exists()

@@ -238,27 +238,54 @@ def check_rope(export: ExportView, target: TargetView, config: CheckConfig) -> l
     return found
 
 
+def _served_causal(export: ExportView) -> bool | None:
+    """Whether vLLM serves the sliding layers causally: `is_causal`, else `dflash_config.causal`, else
+    yes (vLLM's DFlash takes a sliding layer without either for a causal one)."""
+    for value in (export.raw.get("is_causal"), export.flash.get("causal")):
+        if value is not None:
+            return bool(value)
+    return True
+
+
 def check_sliding_window(export: ExportView, target: TargetView, config: CheckConfig) -> list[Finding]:
+    from draftsmith.model.config import layer_windows
+
     raw = export.raw
     layer_types = raw.get("layer_types") or []
     sliding = [i for i, kind in enumerate(layer_types) if kind == "sliding_attention"]
     use_swa = bool(export.flash.get("use_swa", False))
-    if not sliding and not use_swa:
+    trained = export.flash.get("trained_windows")
+    if not sliding and not use_swa and not (isinstance(trained, list) and any(w is not None for w in trained)):
         return []
     window = export.flash.get("swa_window_size", raw.get("sliding_window"))
     found = []
-    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
-        found.append(_finding("sliding_window", "sliding_window", window,
-                              f"the window the drafter was trained with (layers {sliding or 'all'} are sliding)",
-                              "restore sliding_window; without it engines refuse the drafter or serve full attention, "
-                              "a cliff past the window"))
-    elif sliding and raw.get("use_sliding_window") is False:
+    if (sliding or use_swa) and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
+        return [_finding("sliding_window", "sliding_window", window,
+                         f"the window the drafter was trained with (layers {sliding or 'all'} are sliding)",
+                         "restore sliding_window; without it engines refuse the drafter or serve full attention, "
+                         "a cliff past the window")]
+    if sliding and raw.get("use_sliding_window") is False:
         found.append(_finding("sliding_window", "use_sliding_window", "false", "true",
                               f"transformers drops sliding_window ({window}) when use_sliding_window is false, so "
-                              "the reference and SGLang serve these layers without a window; set it to true"))
-    found.append(_finding("sliding_window", "layer_types", f"sliding layers {sliding or 'all'}", "full_attention",
-                          "draftsmith trains and evaluates full attention only: in-process tau does not predict "
-                          "this drafter's served tau", "warning"))
+                              "vLLM, the reference and SGLang serve these layers without a window; set it to true"))
+    served = layer_windows(export.parsed) if not found else []
+    if (sliding or use_swa) and _served_causal(export):
+        found.append(_finding("sliding_window", "is_causal", "unset (vLLM serves sliding DFlash layers causally)",
+                              "false (draftsmith trains every draft layer non-causally over its block)",
+                              'set "is_causal": false and dflash_config.causal false, as draftsmith export writes them'))
+    if not isinstance(trained, list):
+        found.append(_finding("sliding_window", "dflash_config.trained_windows", "not recorded",
+                              f"the windows the drafter was trained with (the export serves {served or 'sliding layers'})",
+                              "trained before draftsmith recorded its windows (or elsewhere): in-process tau does not "
+                              "predict this drafter's served tau; retrain with --draft-sliding-window", "warning"))
+        return found
+    if served and list(trained) != served:
+        differ = [i for i, (a, b) in enumerate(zip(trained, served)) if a != b] or "the layer count"
+        found.append(_finding("sliding_window", "layer_types / sliding_window",
+                              f"served windows {served} (None = full attention)", f"the trained windows {trained}",
+                              f"layers {differ} would be served with another attention span than they learned (trains "
+                              "well, serves badly); restore layer_types and sliding_window from training, or retrain "
+                              "with --draft-sliding-window"))
     return found
 
 

@@ -52,11 +52,14 @@ def check_manifest(
     force: bool = False,
     force_flag: str | None = "--force-resume",
     log: Callable[[str], None] | None = None,
+    assumed: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write `directory/manifest.json` for a new output, or check a resumed one against `settings`.
 
     Raises `InputError` (exit 2) naming the differing keys as `old -> new` unless `force`;
     `force_flag=None` for a stage whose outputs can never be mixed (nothing to force).
+    `assumed`: settings a manifest written before they were recorded lacks, with the value they
+    had then; such a manifest is compared as if it held them, and rewritten with them recorded.
     """
     directory = Path(directory)
     path = directory / MANIFEST_NAME
@@ -70,8 +73,12 @@ def check_manifest(
             raise InputError(f"{path}: not a draftsmith run manifest (no settings)")
         if manifest.get("stage") != stage:
             raise InputError(f"{directory}: holds the output of `{manifest.get('stage')}`, not `{stage}`; use another directory")
-        differences = settings_differences(manifest["settings"], settings)
+        unrecorded = {key: value for key, value in _plain(assumed or {}).items() if key not in manifest["settings"]}
+        differences = settings_differences({**unrecorded, **manifest["settings"]}, settings)
         if not differences:
+            if unrecorded:  # recorded from now on, as this run's settings
+                manifest = {**manifest, "settings": {**manifest["settings"], **unrecorded}}
+                write_json_atomic(path, manifest)
             return manifest
         if not force:
             remedy = f", or pass {force_flag} to continue anyway" if force_flag else ""

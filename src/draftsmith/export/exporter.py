@@ -62,8 +62,16 @@ def resolve_drafter_dir(path: str | Path) -> Path:
     )
 
 
-def probe_inputs(drafter: DFlashDraftModel, context_len: int = 9, seed: int = 0):
-    """Deterministic (position_ids, noise_embedding, target_hidden) to compare implementations on."""
+def probe_inputs(drafter: DFlashDraftModel, context_len: int | None = None, seed: int = 0):
+    """Deterministic (position_ids, noise_embedding, target_hidden) to compare implementations on.
+
+    The context is 9 tokens, or, for a drafter with sliding-window layers, one more than the widest
+    window, so that the window hides part of it and a reader that ignores the window differs."""
+    from draftsmith.model.config import layer_windows
+
+    if context_len is None:
+        windows = [window for window in layer_windows(drafter.config) if window is not None]
+        context_len = max([9, *(window + 1 for window in windows)])
     generator = torch.Generator().manual_seed(seed)
     config = drafter.config
     block = drafter.block_size
@@ -146,6 +154,16 @@ def _mask_words(flash: dict) -> str:
     return f"`{token}` in the target tokenizer ({source})"
 
 
+def _attention_line(config) -> str:
+    from draftsmith.model.config import layer_windows
+
+    windows = layer_windows(config)
+    if not any(window is not None for window in windows):
+        return "- attention: full (no sliding window)"
+    return (f"- attention: sliding windows {windows} per draft layer (`layer_types`, `sliding_window`), non-causal over "
+            "the block (`is_causal` false); serve with an engine that honours them (vLLM's DFlash does)")
+
+
 def _model_card(config, dtype: str) -> str:
     flash = config.dflash_config
     commands = serving_commands(config)
@@ -156,6 +174,7 @@ def _model_card(config, dtype: str) -> str:
   (each layer's output before the target's final norm, as vLLM and SGLang compute it)
 - mask token id {flash["mask_token_id"]} ({_mask_words(flash)}); weights {dtype}
 - no embedding or lm_head: the target's are used
+{_attention_line(config)}
 {_template_line(flash)}
 
 ## Serve it

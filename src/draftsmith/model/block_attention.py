@@ -7,6 +7,11 @@ Training puts N blocks of B tokens side by side as queries; keys/values are
   - its own B positions, in both directions;
   - nothing of any other block.
 A padding block (anchor_valid False) sees only itself, never an empty row (softmax would be NaN).
+A draft layer with a sliding window W (`layer_types` "sliding_attention", `sliding_window` W) also
+drops every key more than W-1 positions from the query: the query at position a_i+k sees context
+p >= a_i+k-W+1, and block keys within W-1 of it (all of them when W >= B). That is the window
+vLLM and SGLang serve a non-causal DFlash layer with (flash-attention window (W-1, W-1)), applied
+by each path below; `window=None` is full attention.
 
 `BlockLayout` carries these rules (anchors, not a mask) and how to compute them:
   - "dense": the reference. Materialises the boolean mask [S, 1, N*B, T + N*B] and attends over
@@ -96,24 +101,32 @@ class BlockLayout:
     def to(self, device: torch.device | str) -> BlockLayout:
         return replace(self, anchors=self.anchors.to(device), anchor_valid=self.anchor_valid.to(device), _cache={})
 
-    def dense_mask(self) -> torch.Tensor:
+    def dense_mask(self, window: int | None = None) -> torch.Tensor:
         """Boolean mask [S, 1, N*B, T + N*B], True = may attend (the reference's input)."""
-        return _visible(self.anchors, self.anchor_valid, 0, self.num_blocks, self.context_length, self.block_size)[:, None]
+        return _visible(self.anchors, self.anchor_valid, 0, self.num_blocks, self.context_length, self.block_size, window)[:, None]
 
 
 def _visible(
-    anchors: torch.Tensor, anchor_valid: torch.Tensor, first_block: int, end_block: int, prefix: int, block_size: int
+    anchors: torch.Tensor, anchor_valid: torch.Tensor, first_block: int, end_block: int, prefix: int, block_size: int,
+    window: int | None = None,
 ) -> torch.Tensor:
     """[S, Q', prefix + Q'] visibility of blocks first_block..end_block-1 over [context[:prefix] | those blocks]."""
     anchors = anchors[:, first_block:end_block]
     valid = anchor_valid[:, first_block:end_block]
     count = end_block - first_block
     device = anchors.device
-    query_block = torch.arange(count * block_size, device=device) // block_size
+    query_index = torch.arange(count * block_size, device=device)
+    query_block, query_offset = query_index // block_size, query_index % block_size
     query_anchor = anchors.repeat_interleave(block_size, dim=1)  # [S, Q']
-    sees_context = torch.arange(prefix, device=device)[None, None, :] < query_anchor[:, :, None]
+    context_positions = torch.arange(prefix, device=device)[None, None, :]
+    sees_context = context_positions < query_anchor[:, :, None]
     sees_context &= valid.repeat_interleave(block_size, dim=1)[:, :, None]
-    sees_block = (query_block[:, None] == query_block[None, :]).expand(anchors.shape[0], -1, -1)
+    same_block = query_block[:, None] == query_block[None, :]
+    if window is not None:
+        query_position = (query_anchor + query_offset[None, :])[:, :, None]
+        sees_context &= query_position - context_positions < window
+        same_block &= (query_offset[:, None] - query_offset[None, :]).abs() < window
+    sees_block = same_block.expand(anchors.shape[0], -1, -1)
     return torch.cat([sees_context, sees_block], dim=2)
 
 
@@ -124,11 +137,13 @@ def block_attention(
     layout: BlockLayout,
     scale: float,
     dropout_p: float = 0.0,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Attention of N*B block queries over [context | blocks] keys under `layout`'s rules.
 
     query [S, H, N*B, D]; key/value [S, H_kv, T + N*B, D] after q/k-norm and RoPE; returns
     [S, H, N*B, D]. Grouped-query heads share their key/value head as in the dense reference.
+    `window`: the layer's sliding window (None: full attention), see the module docstring.
     """
     expected = layout.context_length + layout.num_queries
     if query.shape[2] != layout.num_queries or key.shape[2] != expected:
@@ -139,11 +154,11 @@ def block_attention(
     if layout.mode == "flex":
         if dropout_p:
             raise ValueError("attention=flex has no attention dropout; use sparse or dense")
-        return _flex_attention(query, key, value, layout, scale)
+        return _flex_attention(query, key, value, layout, scale, window)
     if layout.mode == "sparse":
-        return _tiled_attention(query, key, value, layout, scale, dropout_p)
+        return _tiled_attention(query, key, value, layout, scale, dropout_p, window)
     key, value = _repeat_kv(key, value, query.shape[1])
-    mask = layout.dense_mask().to(query.device)
+    mask = layout.dense_mask(window).to(query.device)
     return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p, scale=scale)
 
 
@@ -154,9 +169,9 @@ def _repeat_kv(key: torch.Tensor, value: torch.Tensor, heads: int) -> tuple[torc
     return key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
 
 
-def _tile_plan(layout: BlockLayout) -> list[tuple[int, int, int, torch.Tensor]]:
+def _tile_plan(layout: BlockLayout, window: int | None = None) -> list[tuple[int, int, int, torch.Tensor]]:
     """(first block, end block, context prefix, mask [S, 1, Q', prefix + Q']) per tile."""
-    plan = layout._cache.get("tiles")
+    plan = layout._cache.get(("tiles", window))
     if plan is not None:
         return plan
     blocks_per_tile = max(1, layout.tile_queries // layout.block_size)
@@ -165,9 +180,9 @@ def _tile_plan(layout: BlockLayout) -> list[tuple[int, int, int, torch.Tensor]]:
     plan = []
     for start, prefix in zip(starts, prefixes):
         end = min(start + blocks_per_tile, layout.num_blocks)
-        mask = _visible(layout.anchors, layout.anchor_valid, start, end, prefix, layout.block_size)[:, None]
+        mask = _visible(layout.anchors, layout.anchor_valid, start, end, prefix, layout.block_size, window)[:, None]
         plan.append((start, end, prefix, mask))
-    layout._cache["tiles"] = plan
+    layout._cache[("tiles", window)] = plan
     return plan
 
 
@@ -191,7 +206,7 @@ def _attend_tile(query, mask, keys, values, scale, dropout_p, gqa):
     return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=gqa)
 
 
-def _tiled_attention(query, key, value, layout: BlockLayout, scale: float, dropout_p: float) -> torch.Tensor:
+def _tiled_attention(query, key, value, layout: BlockLayout, scale: float, dropout_p: float, window: int | None = None) -> torch.Tensor:
     # Everything is cut with one `split` per tensor, never by slicing per tile: the backward of a
     # slice zero-fills a gradient the size of the whole tensor, once per tile, which on CPU cost
     # more than the attention itself. The context is cut at the tiles' prefixes, so a tile's
@@ -201,7 +216,7 @@ def _tiled_attention(query, key, value, layout: BlockLayout, scale: float, dropo
         # CPU's fused kernel shares kv heads natively; CUDA's masked kernel may not, repeat them.
         key, value = _repeat_kv(key, value, query.shape[1])
         gqa = False
-    plan = _tile_plan(layout)
+    plan = _tile_plan(layout, window)
     tile_sizes = [(end - start) * layout.block_size for start, end, _, _ in plan]
     bounds = sorted({prefix for _, _, prefix, _ in plan if prefix > 0} | {layout.context_length})
     segment_sizes = [bound - previous for previous, bound in zip([0, *bounds[:-1]], bounds)]
@@ -213,7 +228,7 @@ def _tiled_attention(query, key, value, layout: BlockLayout, scale: float, dropo
     # A tile's gathered keys/values are copies (prefix + own blocks); kept for backward they add up
     # to (tiles x mean prefix) keys, several times the dense key tensor (but no dense mask).
     # Recomputing each tile in backward keeps only one tile's copies alive at a time.
-    recompute = recomputes_tiles(layout) and torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+    recompute = recomputes_tiles(layout, window) and torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
     outputs = []
     for tile, (_, _, prefix, mask) in enumerate(plan):
         used = segments_before[prefix]
@@ -224,22 +239,22 @@ def _tiled_attention(query, key, value, layout: BlockLayout, scale: float, dropo
     return torch.cat(outputs, dim=2)
 
 
-def recomputes_tiles(layout: BlockLayout) -> bool:
+def recomputes_tiles(layout: BlockLayout, window: int | None = None) -> bool:
     """Whether the sparse path recomputes tiles in backward (the layout's choice, else the rule)."""
     if layout.recompute_tiles is not None:
         return layout.recompute_tiles
-    kept = sum(prefix + (end - start) * layout.block_size for start, end, prefix, _ in _tile_plan(layout))
+    kept = sum(prefix + (end - start) * layout.block_size for start, end, prefix, _ in _tile_plan(layout, window))
     return kept > KEPT_KEYS_LIMIT * (layout.context_length + layout.num_queries)
 
 
 _COMPILED_FLEX = None
 
 
-def _flex_attention(query, key, value, layout: BlockLayout, scale: float) -> torch.Tensor:
+def _flex_attention(query, key, value, layout: BlockLayout, scale: float, window: int | None = None) -> torch.Tensor:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     global _COMPILED_FLEX
-    block_mask = layout._cache.get("flex")
+    block_mask = layout._cache.get(("flex", window))
     if block_mask is None:
         anchors = layout.anchors.to(query.device)
         valid = layout.anchor_valid.to(query.device)
@@ -252,13 +267,22 @@ def _flex_attention(query, key, value, layout: BlockLayout, scale: float) -> tor
             sees_block = ~in_context & ((kv_index - context_length) // block_size == block)
             return sees_context | sees_block
 
+        def windowed_mask_mod(batch, head, q_index, kv_index):
+            block, offset = q_index // block_size, q_index % block_size
+            in_context = kv_index < context_length
+            # A context key's position is its index; a block key's is its block's anchor plus its offset.
+            key_offset = (kv_index - context_length) % block_size
+            near_context = anchors[batch, block] + offset - kv_index < window
+            near_block = (offset - key_offset).abs() < window
+            return mask_mod(batch, head, q_index, kv_index) & torch.where(in_context, near_context, near_block)
+
         num_sequences = query.shape[0]
         # Compiled, the block mask is built tile by tile; eager would materialise the dense mask.
         block_mask = create_block_mask(
-            mask_mod, num_sequences, None, query.shape[2], key.shape[2], device=query.device,
+            mask_mod if window is None else windowed_mask_mod, num_sequences, None, query.shape[2], key.shape[2], device=query.device,
             _compile=query.device.type == "cuda",
         )
-        layout._cache["flex"] = block_mask
+        layout._cache[("flex", window)] = block_mask
     attend = flex_attention
     if query.device.type == "cuda":
         # Eager flex attention is a reference implementation (dense scores); compiled it is the kernel.

@@ -89,6 +89,28 @@ def _dflash_field(config: PretrainedConfig, name: str) -> Any:
     return value
 
 
+SLIDING_ATTENTION = "sliding_attention"
+
+
+def layer_windows(config: PretrainedConfig) -> list[int | None]:
+    """Each draft layer's sliding window (None: full attention), resolved as vLLM's DFlash does:
+    `dflash_config.use_swa` makes every layer sliding when `layer_types` names none; otherwise a layer
+    slides where `layer_types` says "sliding_attention"; the window is `dflash_config.swa_window_size`,
+    else the top-level `sliding_window`. A sliding layer without a window is an error (vLLM refuses it)."""
+    flash = getattr(config, "dflash_config", None) or {}
+    count = int(config.num_hidden_layers)
+    layer_types = getattr(config, "layer_types", None)
+    use_swa = bool(flash.get("use_swa", False))
+    if layer_types is None or (use_swa and SLIDING_ATTENTION not in layer_types):
+        sliding = [use_swa] * count
+    else:
+        sliding = [kind == SLIDING_ATTENTION for kind in list(layer_types)[:count]]
+    window = flash.get("swa_window_size", getattr(config, "sliding_window", None))
+    if any(sliding) and not (isinstance(window, int) and not isinstance(window, bool) and window > 0):
+        raise ValueError(f"drafter config has sliding layers but no positive window (sliding_window {window!r})")
+    return [int(window) if slides else None for slides in sliding]
+
+
 def default_target_layer_ids(num_target_layers: int, num_features: int = DEFAULT_NUM_FEATURES) -> list[int]:
     """Which target decoder layers (0-based) feed the drafter.
 
@@ -156,8 +178,15 @@ def build_drafter_config(
     mask_token_id: int | None = None,
     num_features: int = DEFAULT_NUM_FEATURES,
     intermediate_size: int | None = None,
+    sliding_window: int | None = None,
 ) -> DFlashConfig:
     """A drafter config sized like `target_config` (a HF config of the target, e.g. Qwen3/Llama).
+
+    `sliding_window`: every draft layer attends within that many positions (`layer_types` all
+    "sliding_attention", `use_sliding_window`, `sliding_window`: the keys vLLM's DFlash and the
+    transformers Qwen3 config read), non-causally (`is_causal` false and `dflash_config.causal` false:
+    vLLM's DFlash otherwise serves a sliding layer causally). The window trained with is recorded as
+    `dflash_config.trained_windows`, so `check` can tell an export that serves another.
 
     `mask_token_id` is required: use `ensure_mask_token(tokenizer)` (features.py) to get it.
     `target_layer_ids` defaults to `default_target_layer_ids(L, num_features)`.
@@ -170,6 +199,8 @@ def build_drafter_config(
         raise ValueError(f"num_draft_layers must be >= 1, got {num_draft_layers}")
     if block_size < 2:
         raise ValueError(f"block_size must be >= 2 (the anchor plus at least one mask), got {block_size}")
+    if sliding_window is not None and not block_size <= int(sliding_window):
+        raise ValueError(f"sliding_window {sliding_window} must be at least the block size {block_size}")
     if target_layer_ids is None:
         target_layer_ids = default_target_layer_ids(num_target_layers, num_features)
     target_layer_ids = [int(i) for i in target_layer_ids]
@@ -200,13 +231,18 @@ def build_drafter_config(
         if fields.get(name) is None:
             fields.pop(name, None)
 
+    windowed = sliding_window is not None
+    attention: dict[str, Any] = {}
+    if windowed:
+        attention["is_causal"] = False
     return DFlashConfig(
         architectures=["DFlashDraftModel"],
         num_hidden_layers=int(num_draft_layers),
-        layer_types=["full_attention"] * int(num_draft_layers),
-        use_sliding_window=False,
-        sliding_window=None,
-        max_window_layers=int(num_draft_layers),
+        layer_types=[SLIDING_ATTENTION if windowed else "full_attention"] * int(num_draft_layers),
+        use_sliding_window=windowed,
+        sliding_window=int(sliding_window) if windowed else None,
+        max_window_layers=0 if windowed else int(num_draft_layers),
+        **attention,
         # The drafter ships no head; engines build it from the target's, so this mirrors the target's
         # (a tied target's head IS its embedding table; `check` flags a drafter that says otherwise).
         tie_word_embeddings=bool(getattr(text_config, "tie_word_embeddings", False)),
@@ -217,6 +253,10 @@ def build_drafter_config(
             "target_layer_ids": target_layer_ids,
             # Engines read only the two keys above; this records which feature the drafter learned.
             "feature_definition": FEATURE_DEFINITION,
+            # What each layer was trained with (None: full attention), for `check` to compare with
+            # what the config makes engines serve.
+            "trained_windows": [int(sliding_window) if windowed else None] * int(num_draft_layers),
+            **({"causal": False} if windowed else {}),
         },
         dtype="float32",
         **fields,

@@ -28,7 +28,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
 )
 
 from draftsmith.model.block_attention import BlockLayout, block_attention
-from draftsmith.model.config import DFlashConfig, as_dflash_config
+from draftsmith.model.config import DFlashConfig, as_dflash_config, layer_windows
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -41,6 +41,26 @@ def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.
     cos = cos.unsqueeze(1)
     sin = sin.unsqueeze(1)
     return x * cos + _rotate_half(x) * sin
+
+
+def _window_mask(
+    attention_mask: torch.Tensor | None, position_ids: torch.Tensor, block_len: int, cached: int, window: int
+) -> torch.Tensor:
+    """`attention_mask` narrowed to keys within `window` - 1 positions of each query, both ways (as
+    engines serve a non-causal sliding layer). Queries are the last `block_len` positions; keys are
+    [cache | this call's positions], and the cache holds the context at positions 0..cached-1, as
+    speculative decoding fills it. Returns a boolean [B, 1, Q, K] or additive float mask."""
+    cache_positions = torch.arange(cached, device=position_ids.device).expand(position_ids.shape[0], -1)
+    key_positions = torch.cat([cache_positions, position_ids], dim=1)
+    query_positions = position_ids[:, -block_len:]
+    near = ((query_positions[:, :, None] - key_positions[:, None, :]).abs() < window)[:, None]
+    if attention_mask is None:
+        return near
+    if attention_mask.dim() == 3:
+        attention_mask = attention_mask.unsqueeze(1)
+    if attention_mask.dtype == torch.bool:
+        return attention_mask & near
+    return attention_mask.masked_fill(~near, float("-inf"))
 
 
 def _as_sdpa_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -70,6 +90,7 @@ class DFlashAttention(nn.Module):
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
         self.q_norm = Qwen3RMSNorm(self.head_dim, eps=config.rms_norm_eps)
         self.k_norm = Qwen3RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.sliding_window = layer_windows(config)[layer_idx]  # None: full attention
 
     def forward(
         self,
@@ -102,7 +123,7 @@ class DFlashAttention(nn.Module):
         if isinstance(attention_mask, BlockLayout):
             if past_key_values is not None:
                 raise ValueError("a BlockLayout describes one training call's keys; it takes no cache")
-            output = block_attention(query, key, value, attention_mask, self.scaling, dropout)
+            output = block_attention(query, key, value, attention_mask, self.scaling, dropout, self.sliding_window)
         else:
             groups = self.num_heads // self.num_kv_heads
             if groups > 1:
@@ -249,15 +270,27 @@ class DFlashDraftModel(Qwen3PreTrainedModel):
         context = self.fuse_target_hidden(target_hidden)
         hidden_states = replace_mask_rows(noise_embedding, block_ids, self.mask_token_id, self.mask_embedding)
         position_embeddings = self.rotary_emb(hidden_states, position_ids)
-        for layer in self.layers:
+        masks = self._layer_masks(attention_mask, position_ids, block_len, past_key_values)
+        for layer, mask in zip(self.layers, masks):
             hidden_states = layer(
                 hidden_states,
                 context,
                 position_embeddings,
-                attention_mask=attention_mask,
+                attention_mask=mask,
                 past_key_values=past_key_values if use_cache or past_key_values is not None else None,
             )
         return self.norm(hidden_states)
+
+    def _layer_masks(self, attention_mask, position_ids, block_len: int, past_key_values) -> list:
+        """Each layer's mask: a `BlockLayout` as given (each layer applies its own window to it);
+        otherwise `attention_mask` narrowed by the layer's sliding window, one mask per window."""
+        windows = [layer.self_attn.sliding_window for layer in self.layers]
+        if isinstance(attention_mask, BlockLayout) or not any(windows):
+            return [attention_mask] * len(windows)
+        cached = past_key_values.get_seq_length() if past_key_values is not None else 0
+        narrowed = {window: _window_mask(attention_mask, position_ids, block_len, cached, window)
+                    for window in set(windows) if window is not None}
+        return [attention_mask if window is None else narrowed[window] for window in windows]
 
     def compute_logits(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
         """Score drafter hidden states with the target's lm_head."""

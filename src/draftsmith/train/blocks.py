@@ -35,6 +35,10 @@ class BlockBatch:
     anchors: torch.Tensor  # [S, N] long (padding anchors are 0)
     anchor_valid: torch.Tensor  # [S, N] bool
     num_tokens: int  # real context tokens in the micro-batch
+    # Anchor coverage: the sequences' trainable (loss-mask) tokens, and how many of them some block
+    # predicts (a label of an anchor's block); their ratio is the run's anchor coverage.
+    trainable_tokens: int = 0
+    covered_tokens: int = 0
 
     _TENSORS = ("context_ids", "context_mask", "noise_ids", "position_ids", "labels", "label_mask", "anchors", "anchor_valid")
 
@@ -46,7 +50,8 @@ class BlockBatch:
         return self._map(lambda tensor: tensor.to(device, non_blocking=non_blocking))
 
     def _map(self, fn) -> BlockBatch:
-        return BlockBatch(**{name: fn(getattr(self, name)) for name in self._TENSORS}, num_tokens=self.num_tokens)
+        return BlockBatch(**{name: fn(getattr(self, name)) for name in self._TENSORS}, num_tokens=self.num_tokens,
+                          trainable_tokens=self.trainable_tokens, covered_tokens=self.covered_tokens)
 
     @property
     def block_size(self) -> int:
@@ -92,7 +97,7 @@ def build_block_batch(
     label_mask = torch.zeros((num_sequences, num_anchors, block_size - 1), dtype=torch.float32)
     noise_ids = torch.full((num_sequences, num_anchors, block_size), mask_token_id, dtype=torch.long)
 
-    num_tokens = 0
+    num_tokens = trainable_tokens = covered_tokens = 0
     for row, (input_ids, loss_mask, anchors) in enumerate(sequences):
         input_ids = torch.as_tensor(input_ids, dtype=torch.long).flatten()
         loss_mask = torch.as_tensor(loss_mask).flatten().float()
@@ -101,6 +106,7 @@ def build_block_batch(
         num_tokens += length
         context_ids[row, :length] = input_ids
         context_mask[row, :length] = 1
+        trainable_tokens += int(loss_mask[:length].sum())
         count = anchors.numel()
         if count == 0:
             continue
@@ -114,6 +120,9 @@ def build_block_batch(
         safe = label_positions.clamp(max=length - 1)
         labels[row, :count] = torch.where(in_range, input_ids[safe], torch.zeros_like(safe))
         label_mask[row, :count] = loss_mask[safe] * in_range.float()
+        covered = torch.zeros(length, dtype=torch.bool)
+        covered[label_positions[in_range]] = True
+        covered_tokens += int((covered & (loss_mask[:length] > 0)).sum())
 
     block_positions = (anchors_padded[:, :, None] + offsets[None, None, :]).reshape(num_sequences, -1)
     context_positions = torch.arange(context_length).expand(num_sequences, -1)
@@ -127,4 +136,6 @@ def build_block_batch(
         anchors=anchors_padded,
         anchor_valid=anchor_valid,
         num_tokens=num_tokens,
+        trainable_tokens=trainable_tokens,
+        covered_tokens=covered_tokens,
     )

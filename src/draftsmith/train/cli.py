@@ -29,7 +29,8 @@ def train(config: TrainConfig) -> None:
     if int(os.environ.get("RANK", "0")) == 0:
         typer.echo(
             f"trained {result.steps} steps in {result.elapsed_s:.1f}s: loss {result.first_loss:.4f} -> "
-            f"{result.final_loss:.4f}, train tau ~{result.train_tau:.2f}; drafter in {result.drafter_dir}"
+            f"{result.final_loss:.4f}, train tau ~{result.train_tau:.2f}, anchor coverage {result.anchor_coverage:.1%}; "
+            f"drafter in {result.drafter_dir}"
         )
 
 

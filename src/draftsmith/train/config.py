@@ -17,9 +17,9 @@ Beta = Annotated[float, Field(ge=0, lt=1)]
 
 _PANELS = {
     "Data": ("data", "split", "offline_features", "max_length", "num_anchors", "data_workers"),
-    "Model": ("target", "block_size", "num_draft_layers", "target_layer_ids", "num_features", "mask_token_id", "init_from_target", "dtype",
+    "Model": ("target", "block_size", "num_draft_layers", "target_layer_ids", "num_features", "mask_token_id", "init_from_target", "draft_sliding_window", "dtype",
               "gradient_checkpointing", "attention", "device", "sharding", "num_threads"),
-    "Optimization": ("gamma", "epochs", "max_steps", "max_minutes", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
+    "Optimization": ("loss_weights", "gamma", "dpace_alpha", "epochs", "max_steps", "max_minutes", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
                      "grad_accum", "batch_size", "seed"),
     "Checkpoints": ("out", "save_every", "keep_checkpoints", "resume", "force_resume"),
     "Logging": ("log_every", "progress", "report_to", "benchmark_steps"),
@@ -51,8 +51,15 @@ class TrainConfig(BaseModel):
     mask_token_id: int | None = Field(None, ge=0, description="default: chosen from the target (its <|MASK|>, a padding row, an unused reserved token; with no spare id, eos's row replaced by a trained mask embedding)")
     init_from_target: bool = Field(
         False, description="start the draft layers (and final norm) as copies of the target's last layers where shapes agree")
-    num_anchors: int = Field(512, ge=1, description="max blocks per sequence, resampled each epoch")
-    gamma: float | None = Field(None, gt=0, description="loss decay; default 7/5/4 for B=16/10/8")
+    draft_sliding_window: Annotated[int | None, cli(metavar="N")] = Field(
+        None, gt=0, description="sliding-window attention of N positions on every draft layer (layer_types, sliding_window "
+        "in the export, as vLLM reads them); at least --block-size; default: full attention")
+    num_anchors: int = Field(512, ge=1, description="max blocks per sample (one document), resampled each epoch")
+    loss_weights: Literal["decay", "dpace"] = Field(
+        "decay", description="per-offset loss weights: decay (the paper's exp(-(k-1)/gamma)) or dpace (D-PACE, arXiv 2605.18810: "
+        "adaptive, from the drafter's own confidence, normalised over the step's blocks on every rank)")
+    gamma: float | None = Field(None, gt=0, description="loss decay of --loss-weights decay; default 7/5/4 for B=16/10/8")
+    dpace_alpha: float = Field(0.5, gt=0, le=1, description="D-PACE confidence smoothing alpha in (0, 1] (--loss-weights dpace)")
     max_length: int = Field(3072, ge=2, description="truncate each sequence to this many tokens")
     epochs: int = Field(6, ge=1, description="passes over the trainable samples")
     max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps")

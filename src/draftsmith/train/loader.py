@@ -134,6 +134,12 @@ class StepBatch:
     def num_tokens(self) -> int:
         return sum(batch.num_tokens for batch in self.micro_batches)
 
+    @property
+    def coverage_counts(self) -> tuple[int, int]:
+        """(trainable tokens some block predicts, trainable tokens) of the step's sequences."""
+        return (sum(batch.covered_tokens for batch in self.micro_batches),
+                sum(batch.trainable_tokens for batch in self.micro_batches))
+
     def pin_memory(self) -> StepBatch:  # called by the DataLoader's pin-memory thread
         self.micro_batches = [batch.pin_memory() for batch in self.micro_batches]
         if self.features is not None:

@@ -3,14 +3,31 @@
 Block offset k = 1..B-1 predicts the token at anchor+k (no shift: the hidden state at block
 position k is read out for the token at that position). Offsets whose label is not a response token
 or lies past the end of the sequence are masked. Early offsets matter more, because a draft is
-accepted only up to its first mistake: w_k = exp(-(k-1)/gamma). The loss is sum(w*CE)/sum(w) over
-every unmasked prediction of the micro-batch.
+accepted only up to its first mistake. How much each offset counts is a `PositionWeighting`
+(`--loss-weights`, chosen by name from `POSITION_WEIGHTINGS`):
+
+- "decay" (the DFlash paper): fixed w_k = exp(-(k-1)/gamma); the loss is sum(w*CE)/sum(w) over every
+  unmasked prediction of the micro-batch, and micro-batches and ranks are averaged.
+- "dpace" (D-PACE, arXiv 2605.18810): per block, from the drafter's own detached confidence in each
+  label q_k = exp(-CE_k), smoothed q~_k = (1-alpha) q_k + alpha (Eq. 7), the weight of offset j is the
+  expected accepted length it carries, w_j = sum_{m>=j} prod_{i<=m} q~_i (Eq. 8; masked offsets are a
+  no-op in the products and add nothing to the sums). The loss is sum(w*CE) over every block of the
+  optimizer step divided by the number of blocks of the step, counted over every micro-batch and
+  every rank before any gradient flows (the paper author's anchor normalisation, SpecForge #828/#848,
+  made global). A rank-local denominator would make the update depend on how the step's data is
+  split over ranks and micro-batches (NeMo Automodel #2572); with the global count, DDP, FSDP2 and
+  one process with more micro-batches give the same update.
+
+A drafter variant adds its own terms next to these (its weighting through `position_weighting`,
+its reduction through `LossOutput`); the trainer only needs `LossOutput.loss`, the statistics and
+`step_share` (see `StepNormaliser`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -32,9 +49,87 @@ def position_weights(block_size: int, gamma: float | None = None) -> torch.Tenso
     return torch.exp(-(k - 1) / gamma).float()
 
 
+LOSS_WEIGHTINGS = ("decay", "dpace")
+DEFAULT_DPACE_ALPHA = 0.5  # the paper's default and its sensitivity analysis' choice
+
+
+def dpace_position_weights(ce: torch.Tensor, label_mask: torch.Tensor, alpha: float = DEFAULT_DPACE_ALPHA) -> torch.Tensor:
+    """D-PACE weights [..., B-1] (detached, zero where masked) from per-prediction CE [..., B-1].
+
+    q = exp(-CE) is the drafter's probability of the label; q~ = (1-alpha) q + alpha; masked offsets
+    count as q~ = 1 in the prefix products and add nothing to the suffix sums;
+    w_j = sum_{m >= j, unmasked} prod_{i <= m} q~_i.
+    """
+    if not 0.0 < alpha <= 1.0:
+        raise ValueError(f"D-PACE alpha must be in (0, 1], got {alpha}")
+    with torch.no_grad():
+        mask = label_mask.to(torch.float32)
+        smoothed = (1.0 - alpha) * torch.exp(-ce.detach().float()) + alpha
+        smoothed = torch.where(mask > 0, smoothed, torch.ones_like(smoothed))
+        reach = torch.cumprod(smoothed, dim=-1) * mask
+        return torch.flip(torch.cumsum(torch.flip(reach, dims=[-1]), dim=-1), dims=[-1]) * mask
+
+
+@dataclass(frozen=True)
+class PositionWeighting:
+    """How each block offset's CE counts, and how a step's loss is normalised.
+
+    `global_denominator` False: a micro-batch's loss is sum(w*CE)/sum(w) over its own predictions and
+    the step averages micro-batches (and DDP/FSDP the ranks). True: the step's loss is sum(w*CE) over
+    all its blocks divided by the step's block count over every micro-batch and rank.
+    """
+
+    name: ClassVar[str] = ""
+    global_denominator: ClassVar[bool] = False
+
+    def weights(self, ce: torch.Tensor, label_mask: torch.Tensor) -> torch.Tensor:
+        """Detached weights [..., B-1], zero where masked."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class DecayWeighting(PositionWeighting):
+    fixed: torch.Tensor  # [B-1]
+    name: ClassVar[str] = "decay"
+
+    def weights(self, ce: torch.Tensor, label_mask: torch.Tensor) -> torch.Tensor:
+        return label_mask * self.fixed.to(label_mask.device)
+
+    def to(self, device) -> DecayWeighting:
+        return DecayWeighting(self.fixed.to(device))
+
+
+@dataclass(frozen=True)
+class DPaceWeighting(PositionWeighting):
+    alpha: float = DEFAULT_DPACE_ALPHA
+    name: ClassVar[str] = "dpace"
+    global_denominator: ClassVar[bool] = True
+
+    def weights(self, ce: torch.Tensor, label_mask: torch.Tensor) -> torch.Tensor:
+        return dpace_position_weights(ce, label_mask, self.alpha)
+
+    def to(self, device) -> DPaceWeighting:
+        return self
+
+
+def position_weighting(name: str, block_size: int, gamma: float | None = None, alpha: float = DEFAULT_DPACE_ALPHA) -> PositionWeighting:
+    """The weighting `--loss-weights NAME` selects ("decay": gamma; "dpace": alpha)."""
+    if name == "decay":
+        return DecayWeighting(position_weights(block_size, gamma))
+    if name == "dpace":
+        if not 0.0 < alpha <= 1.0:
+            raise ValueError(f"D-PACE alpha must be in (0, 1], got {alpha}")
+        return DPaceWeighting(float(alpha))
+    raise ValueError(f"loss weighting must be one of {', '.join(LOSS_WEIGHTINGS)}, got {name!r}")
+
+
+def _as_weighting(weights: torch.Tensor | PositionWeighting) -> PositionWeighting:
+    return weights if isinstance(weights, PositionWeighting) else DecayWeighting(weights)
+
+
 @dataclass
 class LossOutput:
-    loss: torch.Tensor  # scalar, differentiable
+    loss: torch.Tensor  # scalar, differentiable: this micro-batch's loss on its own (see module docstring)
     weighted_ce_sum: torch.Tensor  # sum(w * CE), detached
     weight_sum: torch.Tensor  # sum(w), detached
     correct: torch.Tensor  # [B-1] greedy-correct predictions per offset, detached
@@ -43,18 +138,29 @@ class LossOutput:
     blocks: torch.Tensor  # [] number of blocks with at least one label
 
 
-def _weighted_loss(ce: torch.Tensor, hit: torch.Tensor, label_mask: torch.Tensor, weights: torch.Tensor) -> LossOutput:
-    """The weighted loss and its statistics from per-prediction CE and greedy hits [..., B-1]."""
-    full_weights = label_mask * weights.to(label_mask.device)
+def _weighted_loss(
+    ce: torch.Tensor, hit: torch.Tensor, label_mask: torch.Tensor, weights: torch.Tensor | PositionWeighting,
+    denominator: torch.Tensor | None = None,
+) -> LossOutput:
+    """The weighted loss and its statistics from per-prediction CE and greedy hits [..., B-1].
+
+    `denominator`: a weighting with a global denominator divides sum(w*CE) by it (the step's block
+    count, see `StepNormaliser`); without one, by this micro-batch's own block count."""
+    weighting = _as_weighting(weights)
+    full_weights = weighting.weights(ce, label_mask)
     weighted_ce_sum = (ce * full_weights).sum()
     weight_sum = full_weights.sum()
-    loss = weighted_ce_sum / weight_sum.clamp_min(1e-12)
+    has_labels = label_mask[..., 0] > 0
+    if weighting.global_denominator:
+        count = denominator if denominator is not None else has_labels.sum()
+        loss = weighted_ce_sum / count.to(weighted_ce_sum).clamp_min(1.0)
+    else:
+        loss = weighted_ce_sum / weight_sum.clamp_min(1e-12)
     with torch.no_grad():
         hit = hit * label_mask
         reduce_dims = tuple(range(hit.dim() - 1))
         # A block drafts correctly up to its first miss; masked offsets end the prefix as well.
         prefix = torch.cumprod(hit, dim=-1).sum(-1)
-        has_labels = label_mask[..., 0] > 0
         return LossOutput(
             loss=loss,
             weighted_ce_sum=weighted_ce_sum.detach(),
@@ -66,15 +172,52 @@ def _weighted_loss(ce: torch.Tensor, hit: torch.Tensor, label_mask: torch.Tensor
         )
 
 
+@dataclass(frozen=True)
+class StepNormaliser:
+    """How a micro-batch's loss enters its optimizer step (gradients) and the logged step loss.
+
+    The step's gradient is the sum of the micro-batches' backward terms, averaged over ranks by
+    DDP/FSDP. Local weighting: each micro-batch's own normalised loss / micro-batches. Global
+    weighting: sum(w*CE) / `step_blocks` (the step's blocks over all micro-batches and ranks) times
+    the world size, which the rank average divides back out. `share` is the micro-batch's part of
+    the step loss, so that summing it over every micro-batch of every rank gives the step loss.
+    """
+
+    weighting: PositionWeighting
+    micro_batches: int
+    world_size: int = 1
+    step_blocks: torch.Tensor | None = None  # global weighting only: blocks of the step, all ranks
+
+    @property
+    def denominator(self) -> torch.Tensor | None:
+        return self.step_blocks if self.weighting.global_denominator else None
+
+    def backward_term(self, loss: torch.Tensor) -> torch.Tensor:
+        if self.weighting.global_denominator:
+            return loss * self.world_size
+        return loss / self.micro_batches
+
+    def share(self, loss: torch.Tensor) -> torch.Tensor:
+        if self.weighting.global_denominator:
+            return loss.detach()
+        return loss.detach() / (self.micro_batches * self.world_size)
+
+
+def step_block_count(label_masks) -> torch.Tensor:
+    """Blocks with at least one label over the micro-batches' host label masks [S, N, B-1] (a float64 scalar)."""
+    return torch.tensor(float(sum(int((mask[..., 0] > 0).sum()) for mask in label_masks)), dtype=torch.float64)
+
+
 def dflash_loss(
-    logits: torch.Tensor, labels: torch.Tensor, label_mask: torch.Tensor, weights: torch.Tensor
+    logits: torch.Tensor, labels: torch.Tensor, label_mask: torch.Tensor, weights: torch.Tensor | PositionWeighting,
+    denominator: torch.Tensor | None = None,
 ) -> LossOutput:
-    """logits [..., B-1, V], labels/label_mask [..., B-1], weights [B-1]."""
+    """logits [..., B-1, V], labels/label_mask [..., B-1], weights [B-1] (decay) or a `PositionWeighting`."""
     vocab = logits.shape[-1]
     ce = F.cross_entropy(logits.reshape(-1, vocab).float(), labels.reshape(-1), reduction="none").view(labels.shape)
     with torch.no_grad():
         hit = (logits.argmax(-1) == labels).float()
-    return _weighted_loss(ce, hit, label_mask, weights)
+    return _weighted_loss(ce, hit, label_mask, weights, denominator)
 
 
 def expected_weight_sum(block_size: int, gamma: float | None = None) -> float:
@@ -93,9 +236,10 @@ def dflash_loss_from_hidden(
     score,
     labels: torch.Tensor,
     label_mask: torch.Tensor,
-    weights: torch.Tensor,
+    weights: torch.Tensor | PositionWeighting,
     chunk_rows: int | None = DEFAULT_CHUNK_ROWS,
     keep: torch.Tensor | None = None,
+    denominator: torch.Tensor | None = None,
 ) -> LossOutput:
     """`dflash_loss` computed from hidden states [..., B-1, H], scoring only the unmasked predictions.
 
@@ -117,7 +261,7 @@ def dflash_loss_from_hidden(
     ce = torch.zeros(labels.numel(), dtype=ce_selected.dtype, device=ce_selected.device).index_put((keep,), ce_selected)
     with torch.no_grad():
         hit = torch.zeros(labels.numel(), dtype=torch.float32, device=labels.device).index_put((keep,), hit_selected)
-    return _weighted_loss(ce.view(labels.shape), hit.view(labels.shape), label_mask, weights)
+    return _weighted_loss(ce.view(labels.shape), hit.view(labels.shape), label_mask, weights, denominator)
 
 
 def _score_rows(rows: torch.Tensor, row_labels: torch.Tensor, score) -> tuple[torch.Tensor, torch.Tensor]:

@@ -35,6 +35,7 @@ def scalars_from_record(record: dict[str, Any]) -> dict[str, float]:
         "epoch": "train/epoch",
         "tokens_per_s": "train/tokens_per_s",
         "train_tau": "train/tau",
+        "anchor_coverage": "train/anchor_coverage",
         "eval_tau": "eval/tau",
     }
     scalars = {name: float(record[key]) for key, name in names.items() if key in record}

@@ -10,6 +10,7 @@ data rewritten in place is refused like one on another path.
 from __future__ import annotations
 
 import hashlib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,14 @@ from draftsmith.train.loader import trainable_indices
 # These change what the saved optimizer state and data position mean. `epochs` and `max_steps`
 # only say where to stop, so a finished run can be extended by raising them.
 RESUME_KEYS = ("block_size", "num_draft_layers", "target_layer_ids", "num_features", "num_anchors", "max_length",
-               "batch_size", "grad_accum", "seed")  # fmt: skip
+               "batch_size", "grad_accum", "seed", "draft_sliding_window")  # fmt: skip
+
+# How `--num-anchors` counts: per sample, and a sample (a tokenized row) is one document; rows are
+# never packed, so a short document gets as many anchors as a long one. The run records this
+# ("anchors_per"), so that a change of rule can never pass silently on a resume.
+ANCHORS_PER = "document"
+# Settings the manifests of older runs did not record, and what those runs did.
+UNRECORDED_BEFORE = {"loss_weights": "decay", "dpace_alpha": 0.5, "draft_sliding_window": None, "anchors_per": ANCHORS_PER}
 
 
 @dataclass
@@ -108,7 +116,8 @@ def resume_settings(config: TrainConfig, dataset: TokenizedDataset, template: di
         "target": tokenizer_fingerprint(config.target),
         "target_weights": weights_fingerprint(config.target),
         "data": dataset.fingerprint(),
-        **config.model_dump(mode="json", include=set(RESUME_KEYS) | {"lr", "gamma", "mask_token_id"}),
+        **config.model_dump(mode="json", include=set(RESUME_KEYS) | {"lr", "gamma", "mask_token_id", "loss_weights", "dpace_alpha"}),
+        "anchors_per": ANCHORS_PER,
     }
     if template is not None:
         settings["template"] = template
@@ -124,9 +133,25 @@ def check_resume_config(saved: dict, config: TrainConfig, checkpoint: Path) -> N
         )
 
 
+def _say_what_an_older_run_did_not_record(out_dir: Path) -> None:
+    """On resuming a run whose manifest predates the anchor and loss-weight records, say what it did."""
+    manifest = read_manifest(out_dir) if out_dir.is_dir() else None
+    settings = manifest.get("settings") if isinstance(manifest, dict) else None
+    if not isinstance(settings, dict) or "anchors_per" in settings:
+        return
+    print(f"train: {out_dir}: this run predates the record of how --num-anchors counts; it counted per sample, and "
+          f"every sample is one document (rows are never packed), so anchors per document change nothing for it. "
+          f"Recorded now: anchors_per {ANCHORS_PER}; loss_weights {settings.get('loss_weights', 'decay')} "
+          "(the only weighting then)", file=sys.stderr, flush=True)
+
+
 def open_run_inputs(config: TrainConfig, context) -> RunInputs:
     """Load and check the data, refuse a fresh run over checkpoints, find the resume point, check the manifest."""
     out_dir = Path(config.out)
+    window = config.draft_sliding_window
+    if window is not None and window < config.block_size:
+        raise InputError(f"--draft-sliding-window {window}: smaller than --block-size {config.block_size}; a block must see "
+                         "all of itself (engines require window >= block size)")
     if config.eval_prompts is not None and config.sharding == "fsdp" and context.enabled:
         raise InputError("--eval-prompts runs under --sharding ddp or in one process: a sharded target cannot decode on one rank")
     # A single shard of an unfinished tokenize run is as unfinished as its directory.
@@ -148,6 +173,8 @@ def open_run_inputs(config: TrainConfig, context) -> RunInputs:
     if context.is_main:
         if found is None:  # a fresh run: whatever an earlier, checkpoint-less attempt recorded is moot
             (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
-        check_manifest(out_dir, "train", resume_settings(config, dataset, template), force=config.force_resume)
+        _say_what_an_older_run_did_not_record(out_dir)
+        check_manifest(out_dir, "train", resume_settings(config, dataset, template), force=config.force_resume,
+                       assumed=UNRECORDED_BEFORE)
         record_partial_inputs(out_dir, partial)
     return RunInputs(dataset, trainable, found, template)

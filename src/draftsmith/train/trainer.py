@@ -7,9 +7,12 @@ online == offline, any number of ranks or loader workers). The drafter sees [con
 blocks] with the mask of `blocks.py`; its hidden states go through the target's frozen LM head into
 the weighted loss of `loss.py`.
 
-Normalisation: each micro-batch's loss is sum(w*CE)/sum(w) over its own predictions; gradient
-accumulation averages the micro-batches of a step and DDP/FSDP average the ranks, so every
-micro-batch counts equally whatever its number of blocks.
+Normalisation (`--loss-weights`, see loss.py): with "decay" each micro-batch's loss is
+sum(w*CE)/sum(w) over its own predictions; gradient accumulation averages the micro-batches of a
+step and DDP/FSDP average the ranks, so every micro-batch counts equally whatever its number of
+blocks. With "dpace" the step's loss is sum(w*CE) over all its blocks divided by the step's block
+count over every micro-batch and rank (all-reduced before the forward), so the update does not
+depend on how the step's data is split.
 
 The run is laid out as torchtitan lays out its trainer: the input pipeline (`loader.py`), the
 parallelism (`parallel.py`), a `TrainState` and a `MetricsAccumulator` (`state.py`) and a
@@ -50,7 +53,7 @@ from draftsmith.train.distributed import (
 )
 from draftsmith.train.evaluation import BEST_DIR, SpeculativeEval, published_best
 from draftsmith.train.loader import StepBatch, StepSampler, StepSource, make_loader, steps_per_epoch
-from draftsmith.train.loss import default_gamma, dflash_loss_from_hidden, position_weights
+from draftsmith.train.loss import StepNormaliser, default_gamma, dflash_loss_from_hidden, position_weighting, step_block_count
 from draftsmith.train.parallel import clip_gradients, gradient_sync, parallelize_drafter, shard_target
 from draftsmith.train.reporting import check_report_to, make_reporter
 from draftsmith.train.run_inputs import RunInputs, open_run_inputs, resume_settings
@@ -76,6 +79,8 @@ class TrainResult:
     train_tau: float
     rank_checksums: list[float]
     world_size: int
+    # Share of the trainable (loss-mask) tokens some block predicted, over the run's steps (all ranks).
+    anchor_coverage: float = float("nan")
     resumed_from_step: int | None = None
     extra: dict = field(default_factory=dict)
 
@@ -120,7 +125,7 @@ class DrafterTrainer:
         self.mask_token_id = self.mask.token_id
         self.drafter_config = build_drafter_config(
             target_config, num_draft_layers=config.num_draft_layers, block_size=config.block_size,
-            target_layer_ids=layer_ids, mask_token_id=self.mask_token_id,
+            target_layer_ids=layer_ids, mask_token_id=self.mask_token_id, sliding_window=config.draft_sliding_window,
         )  # fmt: skip
         # How the mask was chosen travels with the drafter, so `check` can confirm it against the target.
         self.drafter_config.dflash_config = {**self.drafter_config.dflash_config, **self.mask.record()}
@@ -149,7 +154,7 @@ class DrafterTrainer:
             enable = getattr(self.drafter, "activation_checkpointing_enable", None) or self.drafter.gradient_checkpointing_enable
             enable()
         self.drafter.train()
-        self.weights = position_weights(config.block_size, config.gamma).to(self.device)
+        self.weighting = position_weighting(config.loss_weights, config.block_size, config.gamma, config.dpace_alpha).to(self.device)
         self.attention = choose_attention(config.attention, self.device, float(self.drafter_config.attention_dropout or 0.0))
         self.gamma = config.gamma if config.gamma is not None else default_gamma(config.block_size)
         self.last_grad_norm = torch.zeros((), device=self.device)
@@ -220,7 +225,10 @@ class DrafterTrainer:
         batch = self.make_batch(sample_indices, epoch)
         return self.forward_batch(drafter, batch, sample_indices), batch
 
-    def forward_batch(self, drafter, batch: BlockBatch, sample_indices: list[int], stored: torch.Tensor | None = None):
+    def forward_batch(self, drafter, batch: BlockBatch, sample_indices: list[int], stored: torch.Tensor | None = None,
+                      denominator: torch.Tensor | None = None):
+        """The micro-batch's `LossOutput`; `denominator`: the step's block count where the weighting
+        normalises over the whole step (`StepNormaliser.denominator`)."""
         features = self.context_features(batch, sample_indices, stored)
         device = self.device
         with torch.no_grad():
@@ -237,9 +245,19 @@ class DrafterTrainer:
                 lambda rows: self.drafter.compute_logits(rows, self.lm_head),
                 batch.labels.to(device, non_blocking=True),
                 batch.label_mask.to(device, non_blocking=True),
-                self.weights,
+                self.weighting,
                 keep=torch.nonzero(batch.label_mask.reshape(-1) > 0).squeeze(1),  # from the host batch: no device wait
+                denominator=denominator,
             )
+
+    def step_normaliser(self, micro_batches: list[BlockBatch]) -> StepNormaliser:
+        """How this step's micro-batches enter the update; a global weighting counts the step's blocks
+        over every rank first (one small all-reduce, no host sync on the device side)."""
+        blocks = None
+        if self.weighting.global_denominator:
+            local = step_block_count(batch.label_mask for batch in micro_batches).to(self.device)
+            blocks = all_reduce_sum(local, self.context)
+        return StepNormaliser(self.weighting, len(micro_batches), self.context.world_size, blocks)
 
 
 def build_optimizer(drafter: torch.nn.Module, config: TrainConfig, total_steps: int):
@@ -305,7 +323,7 @@ def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
             _train_step(trainer, model, optimizer, scaler, metrics, step_batch, config.grad_clip, scheduler)
             state.finish_step(step_batch.epoch, step_batch.step_in_epoch, step_batch.last_in_epoch)
             long_run.observe(state.step)
-            metrics.end_step(state.step, trainer.last_grad_norm, step_batch.num_tokens)
+            metrics.end_step(state.step, trainer.last_grad_norm, step_batch.num_tokens, step_batch.coverage_counts)
             log.progress.advance(1)
             log_due = state.step % config.log_every == 0 or state.step == total_steps
             save_due = state.step < total_steps and (
@@ -360,11 +378,12 @@ def _train_step(trainer: DrafterTrainer, model, optimizer, scaler, metrics: Metr
     optimizer.zero_grad(set_to_none=True)
     count = len(step_batch.micro_batches)
     stored = step_batch.features or [None] * count
+    normaliser = trainer.step_normaliser(step_batch.micro_batches)
     for index, (batch, sample_indices) in enumerate(zip(step_batch.micro_batches, step_batch.sample_indices, strict=True)):
         with gradient_sync(model, index == count - 1):
-            output = trainer.forward_batch(model, batch, sample_indices, stored[index])
-            scaler.scale(output.loss / count).backward()
-        metrics.add_micro_batch(output)
+            output = trainer.forward_batch(model, batch, sample_indices, stored[index], normaliser.denominator)
+            scaler.scale(normaliser.backward_term(output.loss)).backward()
+        metrics.add_micro_batch(output, normaliser.share(output.loss))
     scaler.unscale_(optimizer)
     trainer.last_grad_norm = clip_gradients(trainer.drafter.parameters(), grad_clip)
     scaler.step(optimizer)
@@ -420,15 +439,17 @@ def _sync(metrics, state: TrainState, context, log: RunLog, checkpointer: Checkp
     """Bring the pending steps to the host (reduced over ranks); stop on the first non-finite one."""
     synced = metrics.sync(context)
     # Under fp16 the scaler skips steps whose gradients overflowed; only the loss can diverge there.
-    bad = first_nonfinite([(step, loss, tokens, 0.0 if fp16 else norm) for step, loss, tokens, norm in synced])
+    bad = first_nonfinite([item._replace(grad_norm=0.0) if fp16 else item for item in synced])
     if bad is not None:
         raise TrainingDiverged(_diverged_message(f"{bad[1]} at step {bad[0]}", checkpointer.last_saved))
-    for step, loss, tokens, _ in synced:
-        state.losses.append((step, loss))
-        state.tokens_seen += tokens
+    for item in synced:
+        state.losses.append((item.step, item.loss))
+        state.tokens_seen += item.tokens
+        state.covered_tokens += item.covered_tokens
+        state.trainable_tokens += item.trainable_tokens
     log.steps_done(synced)
     if report and synced:
-        log.write(state, metrics.report(context), scheduler.get_last_lr()[0], synced[-1][3])
+        log.write(state, metrics.report(context), scheduler.get_last_lr()[0], synced[-1].grad_norm)
 
 
 def _announce(config, context, trainer, run: RunInputs, total_steps: int, per_epoch: int, resumed_from: int | None) -> None:
@@ -439,7 +460,7 @@ def _announce(config, context, trainer, run: RunInputs, total_steps: int, per_ep
     write_atomic(out_dir / "train_config.json", json.dumps(config.model_dump(mode="json"), indent=1))
     mode = "offline" if config.offline_features else "online"
     print(
-        f"training a {config.num_draft_layers}-layer drafter (block {config.block_size}, gamma {trainer.gamma:g}, "
+        f"training a {config.num_draft_layers}-layer drafter (block {config.block_size}, {_weighting_words(config, trainer)}, "
         f"layers {trainer.layer_ids}, {mode}, {trainer.compute_dtype_name}, {trainer.attention} attention) on {len(run.trainable)} samples "
         f"x {config.epochs} epochs = {total_steps} steps"
         + (" (capped by max_steps)" if total_steps < per_epoch * config.epochs else "")
@@ -447,6 +468,12 @@ def _announce(config, context, trainer, run: RunInputs, total_steps: int, per_ep
         + (f"; resuming at step {resumed_from}" if resumed_from is not None else ""),
         file=sys.stderr,
     )
+
+
+def _weighting_words(config, trainer) -> str:
+    if config.loss_weights == "dpace":
+        return f"D-PACE weights alpha {config.dpace_alpha:g}"
+    return f"gamma {trainer.gamma:g}"
 
 
 class RunLog:
@@ -457,6 +484,7 @@ class RunLog:
         self.path = Path(out_dir) / LOG_FILE
         self.last_record: dict = {}
         self.window_start, self.window_tokens = time.perf_counter(), 0
+        self.window_covered = self.window_trainable = 0
         if self.main:
             cut_log(self.path, step)  # records past the checkpoint would repeat
         self.handle = open_append(self.path) if self.main else None
@@ -475,8 +503,10 @@ class RunLog:
             self.handle.close()
 
     def steps_done(self, synced: list) -> None:
-        tokens = sum(item[2] for item in synced)
+        tokens = sum(item.tokens for item in synced)
         self.window_tokens += tokens
+        self.window_covered += sum(item.covered_tokens for item in synced)
+        self.window_trainable += sum(item.trainable_tokens for item in synced)
         if synced:
             self.progress.advance(0, tokens=tokens, loss=f"{synced[-1][1]:.4f}")
 
@@ -496,9 +526,11 @@ class RunLog:
         record = {"step": state.step, "epoch": state.epoch if state.step_in_epoch else state.epoch - 1, "loss": window["loss"],
                   "lr": lr, "grad_norm": grad_norm, "tokens_per_s": self.window_tokens / max(elapsed, 1e-9),
                   "acc_by_offset": window["acc_by_offset"], "train_tau": window["train_tau"],
+                  "anchor_coverage": round(self.window_covered / max(self.window_trainable, 1), 4),
                   "total_steps": self.total_steps, "time": round(time.time(), 3)}  # fmt: skip  # the last two: for `status`
         self.last_record = record
         self.window_start, self.window_tokens = time.perf_counter(), 0
+        self.window_covered = self.window_trainable = 0
         if not self.main:
             return
         self.handle.write(json.dumps(record) + "\n")
@@ -507,7 +539,8 @@ class RunLog:
         self.progress.update(acc=f"{record['acc_by_offset'][0]:.3f}" if record["acc_by_offset"] else "-")
         if not self.config.progress:
             print(f"step {state.step}/{self.total_steps} loss {record['loss']:.4f} acc@1 {record['acc_by_offset'][0]:.3f} "
-                  f"tau~{record['train_tau']:.2f} {record['tokens_per_s']:,.0f} tok/s", file=sys.stderr, flush=True)  # fmt: skip
+                  f"tau~{record['train_tau']:.2f} anchor coverage {record['anchor_coverage']:.1%} "
+                  f"{record['tokens_per_s']:,.0f} tok/s", file=sys.stderr, flush=True)  # fmt: skip
 
 
 def _finish(config, context, trainer, state: TrainState, last_record: dict, metrics, drafter_dir: Path, started: float,
@@ -525,7 +558,7 @@ def _finish(config, context, trainer, state: TrainState, last_record: dict, metr
         tokens_seen=state.tokens_seen, elapsed_s=elapsed, tokens_per_s=state.tokens_seen / max(elapsed, 1e-9),
         accuracy_by_offset=list(last_record.get("acc_by_offset", [])),
         train_tau=float(last_record.get("train_tau", float("nan"))), rank_checksums=checksums,
-        world_size=context.world_size, resumed_from_step=resumed_from,
+        world_size=context.world_size, resumed_from_step=resumed_from, anchor_coverage=state.anchor_coverage,
         extra={"sharding": config.sharding if context.enabled else "none",
                **({"stopped_by_max_minutes": True} if stopped_by_time else {}),
                **({"best_eval_tau": state.best_eval_tau, "best_eval_step": state.best_eval_step} if config.eval_prompts else {})},
