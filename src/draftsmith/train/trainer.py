@@ -126,6 +126,9 @@ class DrafterTrainer:
         if self.dspark:
             from draftsmith.model.dspark import build_dspark_config
 
+            if context.enabled and config.sharding == "fsdp":
+                raise InputError("--drafter dspark: --sharding fsdp is not supported yet (the Markov and confidence "
+                                 "heads run outside the sharded forward); use --sharding ddp")
             if self.mask.record().get("mask_token_source") == "drafter_embedding":
                 raise InputError(f"--drafter dspark: {config.target} has no spare token id for the mask, and vLLM's DSpark "
                                  "masks through the vocabulary row (it ignores mask_embedding.pt); pass --mask-token-id")
