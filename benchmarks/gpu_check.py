@@ -10,7 +10,10 @@ Rows:
   train bf16   `draftsmith train` online on the tiny target in bf16 (sparse attention): steps, tokens/s,
                first and last loss, finite;
   train fsdp   the same under `torchrun --nproc-per-node 1 ... --sharding fsdp`;
-  eval cuda    `draftsmith eval` of that drafter on CUDA: tau and the greedy losslessness check.
+  eval cuda    `draftsmith eval` of that drafter on CUDA: tau and the greedy losslessness check;
+  dspark engine `train --drafter dspark` + `export`, served by vLLM's own DSpark speculator
+               (`{"method": "dspark"}`: its GPU model runner; vLLM's CPU runner does not serve DSpark):
+               engine tau (/metrics) against draftsmith's in-process tau on the same prompts.
 Each row says ok / FAIL / skipped and why; the exit code is 1 when a row failed. Without a CUDA
 device (and without --cpu-smoke) it says so and exits 2.
 """
@@ -185,7 +188,55 @@ def training_rows(work: Path, device: str, smoke: bool) -> list[Row]:
     rows.append(Row(f"eval {device}", "ok" if result.returncode == 0 else "FAIL",
                     f"tau {report.get('tau', float('nan')):.2f} (drafter trained {steps} steps on random tokens), "
                     f"lossless {lossless}, near-ties {report.get('near_ties', 0)}", seconds))  # fmt: skip
+    rows.append(dspark_engine_row(work, target, data, prompts, device, dtype, steps))
     return rows
+
+
+def dspark_engine_row(work: Path, target: Path, data: Path, prompts: Path, device: str, dtype: str, steps: int) -> Row:
+    """A DSpark drafter served by vLLM's DSpark speculator: its tau against draftsmith's in-process tau."""
+    import importlib.util
+
+    started = time.perf_counter()
+    if device == "cpu":
+        return Row("dspark engine", "skipped", "vLLM's CPU runner does not serve DSpark (its speculator runs on the "
+                   "GPU model runner); this row needs a CUDA device", 0.0)  # fmt: skip
+    if importlib.util.find_spec("vllm") is None:
+        return Row("dspark engine", "skipped", "vLLM (>= 0.32, CUDA build) is not installed in this Python", 0.0)
+    out = work / "dspark"
+    trained = _draftsmith(*_train_args(target, data, out, device, dtype, steps), "--drafter", "dspark", "--markov-rank", "32",
+                          "--block-size", "8", timeout=900)  # fmt: skip
+    if trained.returncode != 0:
+        return Row("dspark engine", "FAIL", "train: " + _last_line(trained), time.perf_counter() - started)
+    exported = _draftsmith("export", str(out / "drafter"), "--out", str(work / "dspark-export"), timeout=300)
+    if exported.returncode != 0:
+        return Row("dspark engine", "FAIL", "export: " + _last_line(exported), time.perf_counter() - started)
+    ours = _draftsmith("eval", "--target", str(target), "--drafter", str(work / "dspark-export"), "--prompts", str(prompts),
+                       "--device", device, "--dtype", "fp32", "--max-new-tokens", "64", "--json", timeout=900)  # fmt: skip
+    if ours.returncode not in (0, 1):
+        return Row("dspark engine", "FAIL", "eval: " + _last_line(ours), time.perf_counter() - started)
+    ours_tau = json.loads(ours.stdout)["tau"]
+    from draftsmith.engines import vllm_server
+
+    spec = json.dumps({"method": "dspark", "model": str(work / "dspark-export"), "num_speculative_tokens": 8})
+    server = vllm_server(target, python=sys.executable, extra_args=["--speculative-config", spec, "--gpu-memory-utilization", "0.3"],
+                         log_path=work / "dspark-vllm.log", startup_timeout_s=600)  # fmt: skip
+    try:
+        server.start()
+    except Exception as error:  # the engine's own refusal is the row's result
+        return Row("dspark engine", "FAIL", f"vLLM did not start: {str(error).splitlines()[0][:120]}",
+                   time.perf_counter() - started)
+    try:
+        engine = _draftsmith("eval", "--endpoint", server.base_url, "--prompts", str(prompts), "--max-new-tokens", "64",
+                             "--json", timeout=900)  # fmt: skip
+    finally:
+        server.stop()
+    if engine.returncode != 0:
+        return Row("dspark engine", "FAIL", "eval --endpoint: " + _last_line(engine), time.perf_counter() - started)
+    engine_tau = json.loads(engine.stdout)["tau"]
+    close = abs(engine_tau - ours_tau) <= 0.05 * ours_tau
+    return Row("dspark engine", "ok" if close else "FAIL",
+               f"vLLM DSpark tau {engine_tau:.2f} vs in-process {ours_tau:.2f} (block 8, {steps} steps)",
+               time.perf_counter() - started)
 
 
 def print_table(rows: list[Row], device_name: str) -> None:

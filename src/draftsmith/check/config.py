@@ -112,8 +112,8 @@ class CheckSummary(BaseModel):
         out = [finding.line() for finding in self.findings]
         if self.block_size is not None:
             out.append(f"serve: block_size {self.block_size} -> vLLM num_speculative_tokens "
-                       f"{self.vllm_num_speculative_tokens}, SGLang --speculative-num-draft-tokens "
-                       f"{self.sglang_draft_tokens}")
+                       f"{self.vllm_num_speculative_tokens}, " + (f"SGLang --speculative-num-draft-tokens "
+                       f"{self.sglang_draft_tokens}" if self.sglang_draft_tokens is not None else "(DSpark: vLLM's dspark method)"))
         if self.parity is not None:
             out.append(f"parity: {self.parity.status}: {self.parity.detail}")
         if self.overfit is not None and self.overfit.get("verdict"):

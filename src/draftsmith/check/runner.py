@@ -7,7 +7,7 @@ from draftsmith.check.inputs import ExportView, TargetView
 from draftsmith.check.static import CHECKS, static_findings
 
 # A drafter with these wrong cannot even run on the target's features: parity would only crash.
-_BLOCKS_PARITY = {"layers", "shapes", "mask"}
+_BLOCKS_PARITY = {"layers", "shapes", "mask", "dspark"}
 
 
 def _blocks_parity(finding: Finding) -> bool:
@@ -27,6 +27,8 @@ def check_export(config: CheckConfig, target_model=None) -> CheckSummary:
         export=str(config.export), target=str(config.target), checks=list(CHECKS), findings=findings,
         block_size=block, vllm_num_speculative_tokens=block - 1 if block else None, sglang_draft_tokens=block,
     )
+    if block and "markov_rank" in export.raw:  # DSpark drafts from the anchor: B tokens; SGLang serves none
+        summary.vllm_num_speculative_tokens, summary.sglang_draft_tokens = block, None
     if not config.parity:
         return summary
     summary.checks.append("parity")

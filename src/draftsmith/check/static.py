@@ -325,11 +325,55 @@ def check_shapes(export: ExportView, target: TargetView, config: CheckConfig) ->
     return found
 
 
+def _is_dspark(export: ExportView) -> bool:
+    return "markov_rank" in export.raw or "Qwen3DSparkModel" in (export.raw.get("architectures") or [])
+
+
+def check_dspark(export: ExportView, target: TargetView, config: CheckConfig) -> list[Finding]:
+    """A DSpark export as vLLM's qwen3_dspark.py loads it: Markov rank and vocabulary sizes against the
+    target and the weights, the confidence head's flag against its weights, and no mask_embedding.pt."""
+    if not _is_dspark(export):
+        return []
+    raw, vocab = export.raw, int(getattr(target.config, "vocab_size", 0) or 0)
+    rank = raw.get("markov_rank")
+    if not isinstance(rank, int) or isinstance(rank, bool) or not 1 <= rank <= max(vocab, 1):
+        return [_finding("dspark", "markov_rank", rank, f"an integer in 1..{vocab} (the target's vocabulary)",
+                         "restore the Markov rank the drafter was trained with")]
+    found = []
+    draft_vocab = raw.get("draft_vocab_size") or raw.get("vocab_size")
+    if draft_vocab != vocab:
+        found.append(_finding("dspark", "draft_vocab_size", draft_vocab, f"{vocab} (the target's vocabulary)",
+                              "draftsmith trains full-vocabulary DSpark drafters; a smaller draft vocabulary needs its own "
+                              "lm_head and d2t tensors, which vLLM refuses to load without"))
+    wanted = {"markov_head.markov_w1.weight": (raw.get("vocab_size"), rank), "markov_head.markov_w2.weight": (draft_vocab, rank)}
+    with_markov = bool(raw.get("confidence_head_with_markov", False))
+    if raw.get("enable_confidence_head", False):
+        wanted["confidence_head.proj.weight"] = (1, int(raw.get("hidden_size") or 0) + (rank if with_markov else 0))
+        wanted["confidence_head.proj.bias"] = (1,)
+    elif any(name.startswith("confidence_head.") for name in export.shapes):
+        found.append(_finding("dspark", "enable_confidence_head", raw.get("enable_confidence_head"),
+                              "true (model.safetensors holds confidence_head weights)",
+                              "vLLM drops the head's weights unless the flag is on; set it as trained"))
+    for name, shape in wanted.items():
+        if name not in export.shapes:
+            found.append(_finding("dspark", name, "missing", list(shape), "re-export the drafter with `draftsmith export`"))
+        elif tuple(export.shapes[name]) != tuple(shape):
+            found.append(_finding("dspark", f"{name} shape", list(export.shapes[name]), list(shape),
+                                  "the weights belong to another config; restore it"))
+    if export.flash.get("mask_token_source") == "drafter_embedding":
+        found.append(_finding("dspark", "dflash_config.mask_token_source", "drafter_embedding",
+                              "a mask id with its own vocabulary row", "vLLM's DSpark ignores mask_embedding.pt and "
+                              "feeds the target's row; retrain with a --mask-token-id that has a spare row"))
+    return found
+
+
 def check_block_size(export: ExportView, target: TargetView, config: CheckConfig) -> list[Finding]:
     top, nested = export.raw.get("block_size"), export.flash.get("block_size")
     block = nested if nested is not None else top
     if not isinstance(block, int) or isinstance(block, bool) or block < 2:
         return [_finding("block", "block_size", block, "an integer >= 2", "restore the block size it was trained with")]
+    if _is_dspark(export):
+        return _dspark_block(block, export, config)
     found = []
     if top is not None and nested is not None and top != nested:
         found.append(_finding("block", "block_size", f"{top} (top level) vs {nested} (dflash_config)", "one value",
@@ -353,6 +397,27 @@ def check_block_size(export: ExportView, target: TargetView, config: CheckConfig
         found.append(_finding(
             "block", "SGLang --speculative-num-draft-tokens", drafts, f"{block} (block_size)",
             f"serve with --speculative-num-draft-tokens {block}", "error" if drafts > block else "warning"))
+    return found
+
+
+def _dspark_block(block: int, export: ExportView, config: CheckConfig) -> list[Finding]:
+    """DSpark drafts from the anchor: a block of B queries drafts B tokens, num_speculative_tokens = B."""
+    found = []
+    card = re.search(r'"num_speculative_tokens":\s*(\d+)', export.readme or "")
+    if card and int(card.group(1)) != block:
+        found.append(_finding("block", "block_size", block, f"{card.group(1)} (the export's README serves "
+                              f"num_speculative_tokens {card.group(1)})",
+                              "config.json was edited after export; restore the block size the drafter was trained with"))
+    steps = config.num_speculative_tokens
+    if steps is not None and steps != block:
+        found.append(_finding(
+            "block", "vLLM num_speculative_tokens", steps, f"{block} (block_size: DSpark drafts from the anchor)",
+            f"serve with num_speculative_tokens {block}; the drafter never drafted past position {block}" if steps > block
+            else "fewer verifies less per step; fine if meant", "error" if steps > block else "warning"))
+    if config.sglang_draft_tokens is not None:
+        found.append(_finding("block", "SGLang --speculative-num-draft-tokens", config.sglang_draft_tokens,
+                              "not applicable", "SGLang serves no DSpark drafter; serve it with vLLM's dspark method",
+                              "warning"))
     return found
 
 
@@ -406,6 +471,7 @@ CHECKS: dict[str, Callable[[ExportView, TargetView, CheckConfig], list[Finding]]
     "sliding_window": check_sliding_window,
     "shapes": check_shapes,
     "block": check_block_size,
+    "dspark": check_dspark,
     "template": check_template,
 }
 

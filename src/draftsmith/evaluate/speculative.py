@@ -414,9 +414,11 @@ def untrained_drafter(
             raise InputError(f"--baseline untrained: {error}") from None
         if choice is not None:  # as train records it (a target with no spare id: a drafter mask embedding)
             config.dflash_config = {**config.dflash_config, **choice.record()}
+    from draftsmith.model.io import drafter_class
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return DFlashDraftModel(config)
+        return drafter_class(config)(config)
 
 
 def _load_target(path: str | Path, tokenizer, device: str | torch.device, dtype: torch.dtype):
@@ -541,7 +543,8 @@ class _Run:
                     self.target, input_ids, plain, spec.tokens, self.max_new_tokens, self.stops, self.tolerance
                 )
             tally = self.tallies[method]
-            tally.add(spec, self.block)
+            verify = self._verify_size(method)
+            tally.add(spec, verify)
             cycles = len(spec.acceptance_lengths)
             tally.results.append(PromptResult(
                 id=prompt_id, prompt_tokens=len(ids), new_tokens=len(spec.tokens), cycles=cycles,
@@ -549,8 +552,13 @@ class _Run:
                 tau=(sum(spec.acceptance_lengths) / cycles) if cycles else 0.0,
                 speculative_seconds=spec.seconds, target_seconds=plain.seconds,
                 identical=mismatch is None, first_mismatch=mismatch, near_ties=near_ties,
-                accepted_per_position=[sum(1 for count in spec.accepted_drafts if count > k) for k in range(self.block - 1)],
+                accepted_per_position=[sum(1 for count in spec.accepted_drafts if count > k) for k in range(verify - 1)],
             ))
+
+    def _verify_size(self, method: str) -> int:
+        """Tokens the target verifies per cycle: the block (B-1 drafts), or B+1 for a DSpark drafter's B drafts."""
+        drafter = self.drafters.get(method)
+        return self.block + 1 if drafter is not None and drafter.predicts_from_anchor else self.block
 
     def report(self) -> EvalReport:
         first, *rest = [self._method_report(self.tallies[method]) for method in self.methods]
@@ -564,10 +572,11 @@ class _Run:
         spec_rate = tally.spec_tokens / tally.spec_seconds if tally.spec_seconds else 0.0
         target_rate = self.target_tokens / self.target_seconds if self.target_seconds else 0.0
         first = next(self.target.parameters())
+        verify = self._verify_size(tally.method)
         return EvalReport(
             tau=(sum(k * v for k, v in tally.histogram.items()) / total_cycles) if total_cycles else 0.0,
             acceptance_histogram=dict(tally.histogram),
-            block_size=self.block,
+            block_size=verify,
             num_prompts=len(tally.results),
             total_new_tokens=tally.spec_tokens,
             total_cycles=total_cycles,
@@ -579,11 +588,11 @@ class _Run:
             max_new_tokens=self.max_new_tokens,
             per_prompt=tally.results,
             temperature=self.temperature,
-            per_position_acceptance=per_position_acceptance(tally.histogram, self.block),
+            per_position_acceptance=per_position_acceptance(tally.histogram, verify),
             # Counted like vLLM's /metrics: a draft that matched counts even past a stop token.
             tau_engine_counting=1 + tally.raw_accepted / total_cycles if total_cycles else 0.0,
             per_position_acceptance_engine_counting=[
-                count / total_cycles if total_cycles else 0.0 for count in tally.accepted_at or [0] * (self.block - 1)
+                count / total_cycles if total_cycles else 0.0 for count in tally.accepted_at or [0] * (verify - 1)
             ],
             tie_tolerance=None if sampling else self.tolerance,
             near_ties=sum(len(r.near_ties) for r in tally.results),

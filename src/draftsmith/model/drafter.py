@@ -186,6 +186,8 @@ class DFlashDraftModel(Qwen3PreTrainedModel):
     config_class = DFlashConfig
     _no_split_modules = ["DFlashDecoderLayer"]
     _can_record_outputs = {}
+    # DFlash: block position k > 0 predicts the token AT anchor+k; DSpark (model/dspark.py) predicts from the anchor on.
+    predicts_from_anchor = False
 
     def __init__(self, config) -> None:
         config = as_dflash_config(config)

@@ -22,7 +22,7 @@ from safetensors.torch import save_file
 from draftsmith.core.errors import InputError
 from draftsmith.core.readers import read_json
 from draftsmith.core.io import atomic_path, write_atomic
-from draftsmith.model.config import DFlashConfig
+from draftsmith.model.config import DSPARK_ARCHITECTURE, DFlashConfig
 from draftsmith.model.drafter import DFlashDraftModel
 from draftsmith.model.safetensors_file import read_safetensors_header
 
@@ -67,7 +67,20 @@ def expected_weight_names(config: DFlashConfig) -> set[str]:
     per_layer = _LAYER_PARAMETERS + (_BIAS_PARAMETERS if config.attention_bias else ())
     for i in range(config.num_hidden_layers):
         names.update(f"layers.{i}.{p}" for p in per_layer)
+    if config.drafter_kind == "dspark":  # the names qwen3_dspark.py's load_weights maps
+        names.update({"markov_head.markov_w1.weight", "markov_head.markov_w2.weight"})
+        if getattr(config, "enable_confidence_head", False):
+            names.update({"confidence_head.proj.weight", "confidence_head.proj.bias"})
     return names
+
+
+def drafter_class(config: DFlashConfig) -> type[DFlashDraftModel]:
+    """The model class of a drafter config: DFlash, or its DSpark variant."""
+    if config.drafter_kind == "dspark":
+        from draftsmith.model.dspark import DSparkDraftModel
+
+        return DSparkDraftModel
+    return DFlashDraftModel
 
 
 def drafter_state_dict(model: DFlashDraftModel, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
@@ -102,7 +115,7 @@ def save_drafter(model: DFlashDraftModel, path: str | os.PathLike, dtype: torch.
     weight_dtype = next(iter(state.values())).dtype
 
     config_dict = inner.config.to_dict()
-    config_dict["architectures"] = ["DFlashDraftModel"]
+    config_dict["architectures"] = [DSPARK_ARCHITECTURE if inner.config.drafter_kind == "dspark" else "DFlashDraftModel"]
     config_dict["model_type"] = "qwen3"
     config_dict["dtype"] = _dtype_name(weight_dtype)
     # Generic PretrainedConfig attributes (classification heads, output flags) and runtime-only
@@ -135,8 +148,12 @@ def load_drafter_config(path: str | os.PathLike) -> DFlashConfig:
     if not isinstance(raw, dict):
         raise InputError(f"{config_path}: expected a JSON object, found {type(raw).__name__}")
     architectures = raw.get("architectures") or []
-    if "DFlashDraftModel" not in architectures:
-        raise InputError(f"{config_path}: architectures is {architectures}, expected ['DFlashDraftModel']")
+    if "DFlashDraftModel" not in architectures and DSPARK_ARCHITECTURE not in architectures:
+        raise InputError(
+            f"{config_path}: architectures is {architectures}, expected ['DFlashDraftModel'] or ['{DSPARK_ARCHITECTURE}']"
+        )
+    if DSPARK_ARCHITECTURE in architectures and not isinstance(raw.get("markov_rank"), int):
+        raise InputError(f"{config_path}: a {DSPARK_ARCHITECTURE} config needs an integer markov_rank")
     flash = raw.get("dflash_config") or {}
     for field in ("mask_token_id", "target_layer_ids"):
         if field not in flash:
@@ -219,7 +236,7 @@ def load_drafter(
         )
     state.update(mask_embedding_state(path, config))
 
-    model = DFlashDraftModel(config)
+    model = drafter_class(config)(config)
     try:
         model.load_state_dict(state, strict=False)
     except RuntimeError as error:

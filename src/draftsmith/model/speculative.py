@@ -206,9 +206,11 @@ def speculative_decode(
             on_tokens(1)
         pending_context = tap.take()  # target features not yet in the drafter's cache
 
+        # Drafts per cycle: B-1 from a DFlash block; B from a DSpark one (each position predicts the next token).
+        max_drafts = block_size if drafter.predicts_from_anchor else block_size - 1
         while tokens[-1] not in stops and len(tokens) < max_new_tokens:
             anchor_position = prompt_len + len(tokens) - 1  # == committed length in the target cache
-            verify_size = min(block_size, max_new_tokens - len(tokens))
+            verify_size = 1 + min(max_drafts, max_new_tokens - len(tokens) - 1)
             block = torch.full((1, verify_size), drafter.mask_token_id, dtype=torch.long, device=device)
             block[0, 0] = tokens[-1]
             draft_probs = None
@@ -337,16 +339,20 @@ def _draft_into(drafter, block, context, anchor_position, drafter_cache, embed, 
     distributions q when sampling (`probabilities` given), else None (greedy argmax drafts).
     """
     dtype = drafter.fc.weight.dtype
-    positions = torch.arange(anchor_position - context.shape[1], anchor_position + block.shape[1], device=block.device)
+    # DSpark's queries are [anchor, MASK x (N-1)] for N drafts; DFlash's are the whole block.
+    query = block[:, :-1] if drafter.predicts_from_anchor else block
+    positions = torch.arange(anchor_position - context.shape[1], anchor_position + query.shape[1], device=block.device)
     hidden = drafter(
         position_ids=positions.unsqueeze(0),
-        noise_embedding=embed(block).to(dtype),
+        noise_embedding=embed(query).to(dtype),
         target_hidden=context.to(dtype),
-        block_ids=block,
+        block_ids=query,
         past_key_values=drafter_cache,
         use_cache=True,
     )
     _crop(drafter_cache, anchor_position)
+    if drafter.predicts_from_anchor:
+        return _draft_markov(drafter, hidden, block, lm_head, probabilities, generator)
     draft_logits = drafter.compute_logits(hidden[:, 1:].to(lm_head.weight.dtype), lm_head)[0]
     if probabilities is None:
         block[0, 1:] = draft_logits.argmax(-1)
@@ -354,6 +360,25 @@ def _draft_into(drafter, block, context, anchor_position, drafter_cache, embed, 
     draft_probs = probabilities(draft_logits)
     block[0, 1:] = torch.multinomial(draft_probs, 1, generator=generator)[:, 0]
     return draft_probs
+
+
+def _draft_markov(drafter, hidden, block, lm_head, probabilities, generator):
+    """DSpark's sequential stage, as vLLM's `DSparkSpeculator._sample_sequential`: base logits of
+    every position from one parallel pass, then left to right logits_i = base_i + markov_bias(prev),
+    prev = the anchor, then each token just drafted; greedy argmax, or a sample from
+    softmax(logits_i / T) whose distribution is returned for verification."""
+    base_logits = drafter.compute_logits(hidden[0].to(lm_head.weight.dtype), lm_head)
+    previous = block[0, :1]
+    draft_probs = []
+    for i in range(base_logits.shape[0]):
+        logits = drafter.markov_logits(base_logits[i : i + 1], drafter.markov_embed(previous))[0]
+        if probabilities is None:
+            block[0, i + 1] = logits.argmax(-1)
+        else:
+            draft_probs.append(probabilities(logits))
+            block[0, i + 1] = torch.multinomial(draft_probs[-1], 1, generator=generator)[0]
+        previous = block[0, i + 1 : i + 2]
+    return torch.stack(draft_probs) if draft_probs else None
 
 
 def _verify_greedy(drafts: torch.Tensor, target_logits: torch.Tensor) -> tuple[int, int]:

@@ -30,8 +30,8 @@ class BlockBatch:
     context_mask: torch.Tensor  # [S, T] long: 1 = real token (for the target forward)
     noise_ids: torch.Tensor  # [S, N*B] long
     position_ids: torch.Tensor  # [S, T + N*B] long
-    labels: torch.Tensor  # [S, N, B-1] long: token at anchor+k, k = 1..B-1
-    label_mask: torch.Tensor  # [S, N, B-1] float: 1 where the label is a response token in range
+    labels: torch.Tensor  # [S, N, B-1] long: token at anchor+k, k = 1..B-1 ([S, N, B], k = 1..B, from the anchor)
+    label_mask: torch.Tensor  # [S, N, B-1] float: 1 where the label is a response token in range ([S, N, B] likewise)
     anchors: torch.Tensor  # [S, N] long (padding anchors are 0)
     anchor_valid: torch.Tensor  # [S, N] bool
     num_tokens: int  # real context tokens in the micro-batch
@@ -55,7 +55,7 @@ class BlockBatch:
 
     @property
     def block_size(self) -> int:
-        return self.labels.shape[-1] + 1
+        return self.noise_ids.shape[1] // self.anchors.shape[1]
 
     def layout(self, mode: str = "sparse", recompute_tiles: bool | None = None) -> BlockLayout:
         """The drafter's attention input: which blocks see what, computed by `mode`."""
@@ -80,21 +80,26 @@ def build_block_batch(
     sequences: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
     block_size: int,
     mask_token_id: int,
+    from_anchor: bool = False,
 ) -> BlockBatch:
-    """Build blocks, labels and masks for sequences given as (input_ids, loss_mask, anchors)."""
+    """Build blocks, labels and masks for sequences given as (input_ids, loss_mask, anchors).
+
+    `from_anchor` (DSpark): every block position predicts the next token, so the labels are the
+    tokens at anchor+1..anchor+B (B of them) instead of anchor+1..anchor+B-1."""
     if block_size < 2:
         raise ValueError("block_size must be at least 2")
     num_sequences = len(sequences)
     context_length = max(int(ids.numel()) for ids, _, _ in sequences)
     num_anchors = max(1, max(int(anchors.numel()) for _, _, anchors in sequences))
     offsets = torch.arange(block_size)
+    label_offsets = torch.arange(1, block_size + 1 if from_anchor else block_size)
 
     context_ids = torch.zeros((num_sequences, context_length), dtype=torch.long)
     context_mask = torch.zeros((num_sequences, context_length), dtype=torch.long)
     anchors_padded = torch.zeros((num_sequences, num_anchors), dtype=torch.long)
     anchor_valid = torch.zeros((num_sequences, num_anchors), dtype=torch.bool)
-    labels = torch.zeros((num_sequences, num_anchors, block_size - 1), dtype=torch.long)
-    label_mask = torch.zeros((num_sequences, num_anchors, block_size - 1), dtype=torch.float32)
+    labels = torch.zeros((num_sequences, num_anchors, label_offsets.numel()), dtype=torch.long)
+    label_mask = torch.zeros((num_sequences, num_anchors, label_offsets.numel()), dtype=torch.float32)
     noise_ids = torch.full((num_sequences, num_anchors, block_size), mask_token_id, dtype=torch.long)
 
     num_tokens = trainable_tokens = covered_tokens = 0
@@ -115,7 +120,7 @@ def build_block_batch(
         anchors_padded[row, :count] = anchors
         anchor_valid[row, :count] = True
         noise_ids[row, :count, 0] = input_ids[anchors]
-        label_positions = anchors[:, None] + offsets[None, 1:]  # [n, B-1]
+        label_positions = anchors[:, None] + label_offsets[None, :]  # [n, B-1] (or [n, B])
         in_range = label_positions < length
         safe = label_positions.clamp(max=length - 1)
         labels[row, :count] = torch.where(in_range, input_ids[safe], torch.zeros_like(safe))

@@ -280,7 +280,8 @@ class Checkpointer:
     def publish_final(self, drafter_config, out_dir: Path, name: str, record: dict | None = None) -> Path:
         """The trained drafter as `<out>/<name>` (config.json + model.safetensors), gathered from the
         shards; `record` (JSON) lands beside them as `record.json` in the same atomic publish."""
-        from draftsmith.model import DFlashDraftModel, save_drafter
+        from draftsmith.model import save_drafter
+        from draftsmith.model.io import drafter_class
         from draftsmith.train.distributed import barrier
         from draftsmith.train.parallel import full_state_dict
 
@@ -288,7 +289,7 @@ class Checkpointer:
         final = Path(out_dir) / name
         if self.context.is_main:
             if self.sharded:
-                drafter = DFlashDraftModel(drafter_config)
+                drafter = drafter_class(drafter_config)(drafter_config)
                 drafter.load_state_dict(state, strict=False)
             else:
                 drafter = self.model

@@ -17,7 +17,7 @@ Beta = Annotated[float, Field(ge=0, lt=1)]
 
 _PANELS = {
     "Data": ("data", "split", "offline_features", "max_length", "num_anchors", "data_workers"),
-    "Model": ("target", "block_size", "num_draft_layers", "target_layer_ids", "num_features", "mask_token_id", "init_from_target", "draft_sliding_window", "dtype",
+    "Model": ("target", "drafter", "markov_rank", "confidence_head", "block_size", "num_draft_layers", "target_layer_ids", "num_features", "mask_token_id", "init_from_target", "draft_sliding_window", "dtype",
               "gradient_checkpointing", "attention", "device", "sharding", "num_threads"),
     "Optimization": ("loss_weights", "gamma", "dpace_alpha", "epochs", "max_steps", "max_minutes", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
                      "grad_accum", "batch_size", "seed"),
@@ -44,7 +44,11 @@ class TrainConfig(BaseModel):
     offline_features: Annotated[Path | None, cli("--offline")] = Field(
         None, description="features directory from `draftsmith extract` (offline training)"
     )
-    block_size: int = Field(16, ge=2, description="tokens per draft block (the anchor plus B-1 predictions)")
+    drafter: Literal["dflash", "dspark"] = Field(
+        "dflash", description="dflash, or dspark (DFlash block + a low-rank Markov head sampled left to right + a confidence head)")
+    markov_rank: int = Field(256, description="dspark: rank r of the Markov head (V x r, r x V), 1..vocabulary")
+    confidence_head: bool = Field(True, description="dspark: train the confidence head (per-position acceptance estimate)")
+    block_size: int = Field(16, ge=2, description="tokens per draft block (the anchor plus B-1 predictions; dspark: B predictions)")
     num_draft_layers: Annotated[int, cli("--draft-layers")] = Field(5, ge=1, description="drafter decoder layers")
     target_layer_ids: list[int] | None = Field(None, description="target layers to capture (default: spread)")
     num_features: int = Field(5, ge=1, description="captured target layers when target_layer_ids is unset")

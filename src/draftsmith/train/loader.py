@@ -150,8 +150,10 @@ class StepBatch:
 class StepSource:
     """Map-style source for the DataLoader: a `StepDescriptor` in, a `StepBatch` out (runs in workers)."""
 
-    def __init__(self, dataset, *, seed: int, num_anchors: int, block_size: int, mask_token_id: int, features=None):
+    def __init__(self, dataset, *, seed: int, num_anchors: int, block_size: int, mask_token_id: int, features=None,
+                 from_anchor: bool = False):  # fmt: skip
         self.dataset = dataset
+        self.from_anchor = from_anchor  # DSpark's labels: every block position predicts the next token
         self.seed, self.num_anchors = seed, num_anchors
         self.block_size, self.mask_token_id = block_size, mask_token_id
         self.features = features  # a FeatureStore (offline training) or None
@@ -175,7 +177,7 @@ class StepSource:
             sample = self.dataset[index]
             ids = torch.from_numpy(np.asarray(sample.input_ids, dtype=np.int64))
             sequences.append((ids, torch.from_numpy(np.asarray(sample.loss_mask)), self.anchors_for(index, epoch)))
-        return build_block_batch(sequences, self.block_size, self.mask_token_id)
+        return build_block_batch(sequences, self.block_size, self.mask_token_id, from_anchor=self.from_anchor)
 
     def __getitem__(self, step: StepDescriptor) -> StepBatch:
         batches = [self.block_batch(micro, step.epoch) for micro in step.micro_batches]

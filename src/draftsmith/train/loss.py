@@ -295,3 +295,67 @@ def chunked_cross_entropy(
         else:
             pieces.append(_score_rows(chunk, chunk_labels, score))
     return torch.cat([ce for ce, _ in pieces]), torch.cat([hit for _, hit in pieces])
+
+
+# DSpark (arXiv 2607.05147, §3.3; DeepSpec's `dspark/loss.py` and its Qwen3 recipe): 0.1 CE + 0.9 L1
+# (the L1 distance |p_draft - p_target|_1, twice the total variation: 1 - TV is the chance the target
+# accepts the draft) on the Markov-corrected distribution, plus 1.0 x the confidence head's binary
+# cross-entropy against that acceptance, every term weighted per position and normalised alike.
+DSPARK_CE_WEIGHT = 0.1
+DSPARK_TV_WEIGHT = 0.9
+DSPARK_CONFIDENCE_WEIGHT = 1.0
+
+
+def dspark_loss_from_hidden(
+    rows_input: torch.Tensor,
+    score,
+    labels: torch.Tensor,
+    label_mask: torch.Tensor,
+    weights: torch.Tensor | PositionWeighting,
+    confidence_logits: torch.Tensor | None = None,
+    chunk_rows: int | None = DEFAULT_CHUNK_ROWS,
+    keep: torch.Tensor | None = None,
+    denominator: torch.Tensor | None = None,
+    ce_weight: float = DSPARK_CE_WEIGHT,
+    tv_weight: float = DSPARK_TV_WEIGHT,
+    confidence_weight: float = DSPARK_CONFIDENCE_WEIGHT,
+) -> LossOutput:
+    """The DSpark loss over B predictions per block: rows_input [..., B, D], labels/label_mask [..., B],
+    weights [B] or a `PositionWeighting` (with `denominator` as in `dflash_loss_from_hidden`), confidence_logits [..., B] (None without a confidence head).
+
+    `score` maps rows [M, D] to Markov-corrected logits [M, V] (the caller packs each row's hidden
+    state and its previous token's Markov embedding into D). Rows are scored as in
+    `dflash_loss_from_hidden` (only unmasked ones, in checkpointed chunks).
+
+    The target distribution is the label's one-hot: the target's greedy (temperature-0) distribution
+    on target-regenerated data, which needs no stored target logits and keeps online training equal
+    to offline. Against a one-hot, p_target's L1 distance is 2 (1 - p_draft(label)) and the acceptance
+    the confidence head learns is p_draft(label) = exp(-CE).
+    `LossOutput.weighted_ce_sum` / `weight_sum` keep the CE part alone, comparable with DFlash's.
+    """
+    if keep is None:
+        keep = torch.nonzero(label_mask.reshape(-1) > 0).squeeze(1)
+    keep = keep.to(rows_input.device, non_blocking=True)
+    rows = rows_input.reshape(-1, rows_input.shape[-1]).index_select(0, keep)
+    ce_selected, hit_selected = chunked_cross_entropy(rows, labels.reshape(-1).index_select(0, keep), score, chunk_rows)
+    ce = torch.zeros(labels.numel(), dtype=ce_selected.dtype, device=ce_selected.device).index_put((keep,), ce_selected)
+    with torch.no_grad():
+        hit = torch.zeros(labels.numel(), dtype=torch.float32, device=labels.device).index_put((keep,), hit_selected)
+    weighting = _as_weighting(weights)
+    ce = ce.view(labels.shape)
+    output = _weighted_loss(ce, hit.view(labels.shape), label_mask, weighting, denominator)
+    # Every term is normalised as the CE term is: by sum(w), or by the step's blocks (global weighting).
+    full_weights = weighting.weights(ce, label_mask)
+    if weighting.global_denominator:
+        count = denominator if denominator is not None else (label_mask[..., 0] > 0).sum()
+        norm = count.to(full_weights).clamp_min(1.0)
+    else:
+        norm = full_weights.sum().clamp_min(1e-12)
+    accept = torch.exp(-ce)
+    l1 = 2.0 * (1.0 - accept)
+    loss = ce_weight * output.loss + tv_weight * (l1 * full_weights).sum() / norm
+    if confidence_logits is not None:
+        bce = F.binary_cross_entropy_with_logits(confidence_logits.float(), accept.detach(), reduction="none")
+        loss = loss + confidence_weight * (bce * full_weights).sum() / norm
+    output.loss = loss
+    return output

@@ -126,6 +126,13 @@ def resume_settings(config: TrainConfig, dataset: TokenizedDataset, template: di
 
 def check_resume_config(saved: dict, config: TrainConfig, checkpoint: Path) -> None:
     current = config.model_dump(mode="json")
+    # Checkpoints from before --drafter existed are DFlash runs.
+    if saved.get("drafter", "dflash") != config.drafter:
+        raise InputError(f"--drafter {config.drafter}: {checkpoint} is a {saved.get('drafter', 'dflash')} run; "
+                         f"resume it with --drafter {saved.get('drafter', 'dflash')} or train into a new --out")
+    if config.drafter == "dspark" and (saved.get("markov_rank"), saved.get("confidence_head")) != (config.markov_rank, config.confidence_head):
+        raise InputError(f"--markov-rank/--confidence-head: {checkpoint} was trained with --markov-rank {saved.get('markov_rank')}, "
+                         f"confidence head {'on' if saved.get('confidence_head') else 'off'}; resume with the same")
     different = [key for key in RESUME_KEYS if saved.get(key) != current.get(key)]
     if different:
         raise InputError(

@@ -53,7 +53,14 @@ from draftsmith.train.distributed import (
 )
 from draftsmith.train.evaluation import BEST_DIR, SpeculativeEval, published_best
 from draftsmith.train.loader import StepBatch, StepSampler, StepSource, make_loader, steps_per_epoch
-from draftsmith.train.loss import StepNormaliser, default_gamma, dflash_loss_from_hidden, position_weighting, step_block_count
+from draftsmith.train.loss import (
+    StepNormaliser,
+    default_gamma,
+    dflash_loss_from_hidden,
+    dspark_loss_from_hidden,
+    position_weighting,
+    step_block_count,
+)
 from draftsmith.train.parallel import clip_gradients, gradient_sync, parallelize_drafter, shard_target
 from draftsmith.train.reporting import check_report_to, make_reporter
 from draftsmith.train.run_inputs import RunInputs, open_run_inputs, resume_settings
@@ -127,6 +134,17 @@ class DrafterTrainer:
             target_config, num_draft_layers=config.num_draft_layers, block_size=config.block_size,
             target_layer_ids=layer_ids, mask_token_id=self.mask_token_id, sliding_window=config.draft_sliding_window,
         )  # fmt: skip
+        self.dspark = config.drafter == "dspark"
+        if self.dspark:
+            from draftsmith.model.dspark import build_dspark_config
+
+            if context.enabled and config.sharding == "fsdp":
+                raise InputError("--drafter dspark: --sharding fsdp is not supported yet (the Markov and confidence "
+                                 "heads run outside the sharded forward); use --sharding ddp")
+            if self.mask.record().get("mask_token_source") == "drafter_embedding":
+                raise InputError(f"--drafter dspark: {config.target} has no spare token id for the mask, and vLLM's DSpark "
+                                 "masks through the vocabulary row (it ignores mask_embedding.pt); pass --mask-token-id")
+            self.drafter_config = build_dspark_config(self.drafter_config, config.markov_rank, config.confidence_head)
         # How the mask was chosen travels with the drafter, so `check` can confirm it against the target.
         self.drafter_config.dflash_config = {**self.drafter_config.dflash_config, **self.mask.record()}
         if template is not None:  # the chat template the data was rendered with travels with the drafter
@@ -147,19 +165,24 @@ class DrafterTrainer:
 
         # The same seed gives the same initial drafter on every rank and in every mode.
         torch.manual_seed(config.seed)
-        self.drafter = DFlashDraftModel(self.drafter_config).to(self.device, torch.float32)
+        from draftsmith.model.io import drafter_class
+
+        self.drafter = drafter_class(self.drafter_config)(self.drafter_config).to(self.device, torch.float32)
         if config.init_from_target:
             self._init_from_target(load_target_model)
         if config.gradient_checkpointing:
             enable = getattr(self.drafter, "activation_checkpointing_enable", None) or self.drafter.gradient_checkpointing_enable
             enable()
         self.drafter.train()
-        self.weighting = position_weighting(config.loss_weights, config.block_size, config.gamma, config.dpace_alpha).to(self.device)
+        # Predictions per block: B-1 (DFlash), B (DSpark predicts from the anchor on).
+        self.predictions = config.block_size if self.dspark else config.block_size - 1
+        self.weighting = position_weighting(config.loss_weights, self.predictions + 1, config.gamma,
+                                            config.dpace_alpha).to(self.device)
         self.attention = choose_attention(config.attention, self.device, float(self.drafter_config.attention_dropout or 0.0))
-        self.gamma = config.gamma if config.gamma is not None else default_gamma(config.block_size)
+        self.gamma = config.gamma if config.gamma is not None else default_gamma(self.predictions + 1)
         self.last_grad_norm = torch.zeros((), device=self.device)
         self.source = StepSource(dataset, seed=config.seed, num_anchors=config.num_anchors, block_size=config.block_size,
-                                 mask_token_id=self.mask_token_id, features=self.features)  # fmt: skip
+                                 mask_token_id=self.mask_token_id, features=self.features, from_anchor=self.dspark)  # fmt: skip
 
     def _init_from_target(self, load_target_model) -> None:
         from draftsmith.model import init_drafter_from_target
@@ -239,6 +262,9 @@ class DrafterTrainer:
             hidden = drafter(position_ids=batch.position_ids.to(device, non_blocking=True), attention_mask=layout,
                              noise_embedding=noise, target_hidden=features, block_ids=batch.noise_ids)  # fmt: skip
             num_sequences, num_anchors = batch.anchors.shape
+            if self.dspark:
+                return self._dspark_loss(drafter, hidden.view(num_sequences, num_anchors, self.config.block_size, -1), batch,
+                                         denominator)
             hidden = hidden.view(num_sequences, num_anchors, self.config.block_size, -1)[:, :, 1:]
             return dflash_loss_from_hidden(
                 hidden,
@@ -258,6 +284,41 @@ class DrafterTrainer:
             local = step_block_count(batch.label_mask for batch in micro_batches).to(self.device)
             blocks = all_reduce_sum(local, self.context)
         return StepNormaliser(self.weighting, len(micro_batches), self.context.world_size, blocks)
+
+
+    def _dspark_loss(self, drafter, hidden: torch.Tensor, batch: BlockBatch, denominator: torch.Tensor | None = None):
+        """DSpark's loss of hidden [S, N, B, H]: position k scored with the Markov bias of the true
+        token before its label (the anchor for k = 0: teacher forcing), plus the confidence head."""
+        device = self.device
+        labels = batch.labels.to(device, non_blocking=True)
+        anchors = batch.noise_ids.view(*batch.anchors.shape, -1)[:, :, :1].to(device, non_blocking=True)
+        previous = torch.cat([anchors, labels[:, :, :-1]], dim=-1)
+        inner = self.drafter
+        markov = inner.markov_embed(previous)
+        width = hidden.shape[-1]
+
+        def score(rows: torch.Tensor) -> torch.Tensor:
+            base = inner.compute_logits(rows[:, :width], self.lm_head)
+            return inner.markov_logits(base, rows[:, width:])
+
+        return dspark_loss_from_hidden(
+            torch.cat([hidden, markov.to(hidden.dtype)], dim=-1), score, labels,
+            batch.label_mask.to(device, non_blocking=True), self.weighting,
+            confidence_logits=inner.confidence(hidden, markov),
+            keep=torch.nonzero(batch.label_mask.reshape(-1) > 0).squeeze(1),
+            denominator=denominator,
+        )  # fmt: skip
+
+
+def check_drafter_options(config: TrainConfig) -> None:
+    """--drafter dspark's own flags against the target, before anything loads (exit 2 naming the flag)."""
+    if config.drafter != "dspark":
+        return
+    from draftsmith.model.target import load_target_config
+
+    vocab = int(load_target_config(config.target).get_text_config().vocab_size)
+    if not 1 <= config.markov_rank <= vocab:
+        raise InputError(f"--markov-rank {config.markov_rank}: must be in 1..{vocab} (the target's vocabulary)")
 
 
 def build_optimizer(drafter: torch.nn.Module, config: TrainConfig, total_steps: int):
@@ -281,6 +342,7 @@ def train_drafter(config: TrainConfig) -> TrainResult:
     if config.num_threads is not None:
         torch.set_num_threads(config.num_threads)
     require_output_dir(config.out, "--out")
+    check_drafter_options(config)
     context = init_distributed(config.device)
     try:
         # Every rank of one run writes --out; only the main rank holds its lock against other runs.
@@ -299,7 +361,7 @@ def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
     total_steps = min(per_epoch * config.epochs, config.max_steps or per_epoch * config.epochs)
     optimizer, scheduler = build_optimizer(trainer.drafter, config, total_steps)
     scaler = torch.amp.GradScaler(context.device.type, enabled=trainer.compute_dtype_name == "float16")
-    state, metrics = TrainState(), MetricsAccumulator(config.block_size, context.device)
+    state, metrics = TrainState(), MetricsAccumulator(trainer.predictions + 1, context.device)
     checkpointer = Checkpointer(out_dir, context, model, optimizer, {"train": state, "scheduler": scheduler, "metrics": metrics,
                                 "scaler": scaler}, keep=config.keep_checkpoints, config=config.model_dump(mode="json"))  # fmt: skip
     resumed_from = checkpointer.restore(run.found) if run.found is not None else None
