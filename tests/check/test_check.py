@@ -112,7 +112,22 @@ PLANTED = {
     "feature definition changed": (lambda e, t: _edit_config(e, dflash_feature_definition="hf_hidden_states"),
                                    "dflash_config.feature_definition", ()),
     "hidden size differs": (lambda e, t: _edit_config(e, hidden_size=64), "hidden_size", ()),
+    "weights cast to int64": (lambda e, t: _cast_weights(e, torch.int64), "model.safetensors dtype", ()),
+    "config dtype the weights lack": (lambda e, t: _edit_config(e, dtype="bfloat16"), "dtype", ()),
+    "mask vector cast to int64": (lambda e, t: _plant_mask_vector(e, torch.int64), "mask_embedding.pt dtype", ()),
 }
+
+
+def _cast_weights(export: Path, dtype: torch.dtype) -> None:
+    weights = {name: tensor.to(dtype) for name, tensor in load_file(str(export / "model.safetensors")).items()}
+    save_file(weights, str(export / "model.safetensors"), metadata={"format": "pt"})
+
+
+def _plant_mask_vector(export: Path, dtype: torch.dtype) -> None:
+    config = _edit_config(export, dflash_mask_token_source="drafter_embedding")
+    vector = (torch.randn(config["hidden_size"]) * 3).to(dtype)
+    torch.save({"mask_token_id": config["dflash_config"]["mask_token_id"], "embedding": vector},
+               str(export / "mask_embedding.pt"))
 
 
 @pytest.mark.parametrize("fault", list(PLANTED))
@@ -227,3 +242,26 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, good_export, tiny_target_dir
     assert code == 2 and len(lines) == 1 and "config.json: not valid JSON" in lines[0]
     code, lines = _run(capsys, good_export, tmp_path)
     assert code == 2 and len(lines) == 1 and "config.json: not found" in lines[0]
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"num_hidden_layers": 0}, "num_hidden_layers"),
+    ({"layer_types": ["full_attention"] * 9}, "layer_types"),
+    ({"block_size": 10**9, "dflash_block_size": 10**9}, "block_size"),
+])
+def test_an_impossible_config_is_named_not_a_traceback(change, field, export_copy, tiny_target_dir, capsys):
+    """With parity on, a config no drafter can have is a finding (exit 1), never a crash or a huge allocation."""
+    export = export_copy()
+    _edit_config(export, **change)
+    code, lines = _run(capsys, export, tiny_target_dir)
+    assert code == 1, lines
+    assert any(line.startswith(f"error: {field}: is ") for line in lines), lines
+    assert not any("Traceback" in line for line in lines)
+
+
+def test_a_float_export_of_another_float_type_is_clean_of_dtype_findings(export_copy, tiny_target_dir, capsys):
+    export = export_copy()
+    _cast_weights(export, torch.bfloat16)
+    _edit_config(export, dtype="bfloat16")
+    code, lines = _run(capsys, export, tiny_target_dir, "--no-parity")
+    assert not [line for line in lines if "dtype" in line and line.startswith("error:")], lines

@@ -29,19 +29,15 @@ def _read_config(path: Path, what: str) -> dict[str, Any]:
     return raw
 
 
-def _tensor_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
-    from safetensors import SafetensorError, safe_open
-
+def _tensor_layout(files: list[Path]) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+    """(shape, safetensors dtype) of every tensor, read from the checked headers alone."""
     shapes: dict[str, tuple[int, ...]] = {}
+    dtypes: dict[str, str] = {}
     for file in files:
-        read_safetensors_header(file)
-        try:
-            with safe_open(str(file), framework="pt") as handle:
-                for name in handle.keys():
-                    shapes[name] = tuple(handle.get_slice(name).get_shape())
-        except (SafetensorError, OSError) as error:
-            raise InputError(f"{file}: not a readable safetensors file ({error})") from None
-    return shapes
+        for name, entry in read_safetensors_header(file).tensors.items():
+            shapes[name] = tuple(entry["shape"])
+            dtypes[name] = entry["dtype"]
+    return shapes, dtypes
 
 
 def _load_tensor(files: list[Path], names: tuple[str, ...]):
@@ -68,6 +64,7 @@ class ExportView:
     shapes: dict[str, tuple[int, ...]]
     files: list[Path]
     readme: str | None = None
+    dtypes: dict[str, str] = field(default_factory=dict)  # tensor name -> safetensors dtype ("BF16", "I64", ...)
 
     @classmethod
     def read(cls, path: str | Path) -> ExportView:
@@ -77,7 +74,8 @@ class ExportView:
         if not files:
             raise InputError(f"{path}: no *.safetensors weights next to config.json")
         readme = path / "README.md"
-        return cls(path, raw, _tensor_shapes(files), files, readme.read_text(errors="replace") if readme.is_file() else None)
+        shapes, dtypes = _tensor_layout(files)
+        return cls(path, raw, shapes, files, readme.read_text(errors="replace") if readme.is_file() else None, dtypes)
 
     @property
     def flash(self) -> dict[str, Any]:

@@ -210,7 +210,13 @@ def _rope(config) -> dict[str, Any]:
 
 
 def check_rope(export: ExportView, target: TargetView, config: CheckConfig) -> list[Finding]:
-    ours, theirs = _rope(export.parsed), _rope(target.config)
+    try:
+        parsed = export.parsed
+    except Exception as error:  # transformers' own validators refuse the file (layer counts, types)
+        reason = str(error).strip().splitlines()[-1].strip()
+        return [_finding("rope", "config.json", "unparseable", "a config transformers can read",
+                         f"an engine that loads this export fails the same way: {reason}")]
+    ours, theirs = _rope(parsed), _rope(target.config)
     found = []
     for key in sorted(set(ours) | set(theirs)):
         if ours.get(key) != theirs.get(key) and not (
@@ -289,6 +295,75 @@ def check_sliding_window(export: ExportView, target: TargetView, config: CheckCo
     return found
 
 
+# safetensors dtype -> the name configs give it; anything else holds no trainable weights.
+_FLOAT_DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64"}
+_CONFIG_DTYPES = {name: code for code, name in _FLOAT_DTYPES.items()} | {"half": "F16", "float": "F32", "double": "F64"}
+
+
+def _declared_dtype(config: Any) -> str | None:
+    """The safetensors code of a config's `dtype` (or legacy `torch_dtype`), or None when it names none."""
+    get = config.get if isinstance(config, dict) else lambda key: getattr(config, key, None)
+    value = get("dtype") or get("torch_dtype")
+    name = str(value).removeprefix("torch.") if value is not None else None
+    return _CONFIG_DTYPES.get(name) if name else None
+
+
+def _dtype_words(code: str) -> str:
+    return _FLOAT_DTYPES.get(code, code)
+
+
+def check_dtypes(export: ExportView, target: TargetView, config: CheckConfig) -> list[Finding]:
+    """Weights and the mask vector stored as what the config says, in a float type the target can use.
+
+    An integer tensor is a destroyed weight (every value truncated) that engines load without a word;
+    a config `dtype` the file does not have makes engines cast on load and the card lie."""
+    from draftsmith.model.io import MASK_EMBEDDING_NAME, read_mask_embedding_file
+
+    found = []
+    by_dtype: dict[str, list[str]] = {}
+    for name, dtype in export.dtypes.items():
+        by_dtype.setdefault(dtype, []).append(name)
+    for dtype in sorted(set(by_dtype) - set(_FLOAT_DTYPES)):
+        names = sorted(by_dtype[dtype])
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        found.append(_finding("dtypes", "model.safetensors dtype", f"{dtype} for {shown}",
+                              "a float type (bfloat16, float16 or float32)",
+                              "the weights were cast to a non-float type, which truncates every value; re-export "
+                              "from the training checkpoint"))
+    floats = sorted(set(by_dtype) & set(_FLOAT_DTYPES))
+    declared = _declared_dtype(export.raw)
+    if floats and declared is None:
+        found.append(_finding("dtypes", "dtype", export.raw.get("dtype", export.raw.get("torch_dtype")),
+                              f"{_dtype_words(floats[0])} (the weights' dtype)",
+                              "set config.json's dtype to the weights' own; engines load in the dtype it names",
+                              "warning"))
+    elif floats and floats != [declared]:
+        found.append(_finding("dtypes", "dtype", f"{_dtype_words(declared)} in config.json",
+                              f"{' and '.join(map(_dtype_words, floats))} (what model.safetensors holds)",
+                              "config.json was edited or the weights replaced after export; re-export"))
+    mask_file = export.path / MASK_EMBEDDING_NAME
+    if mask_file.is_file():
+        try:
+            _, embedding = read_mask_embedding_file(mask_file)
+        except InputError:
+            embedding = None  # the mask check names an unreadable file
+        if embedding is not None and not embedding.is_floating_point():
+            found.append(_finding("dtypes", f"{MASK_EMBEDDING_NAME} dtype", str(embedding.dtype).removeprefix("torch."),
+                                  f"{_dtype_words(floats[0]) if floats else 'a float type'} (the weights' dtype)",
+                                  "the mask vector was cast to an integer type, which truncates it; re-export"))
+        elif embedding is not None and floats and str(embedding.dtype).removeprefix("torch.") != _dtype_words(floats[0]):
+            found.append(_finding("dtypes", f"{MASK_EMBEDDING_NAME} dtype", str(embedding.dtype).removeprefix("torch."),
+                                  f"{_dtype_words(floats[0])} (the weights' dtype)",
+                                  "the file belongs to another export of the drafter; re-export", "warning"))
+    served = _declared_dtype(target.raw) or _declared_dtype(target.raw.get("text_config") or {})
+    if served and floats == ["F16"] and served in ("BF16", "F32"):
+        found.append(_finding("dtypes", "dtype", "float16",
+                              f"{_dtype_words(served)} or bfloat16 (the target computes in {_dtype_words(served)})",
+                              "float16 overflows where the target's bfloat16 features exceed 65,504; export with "
+                              "--dtype bfloat16", "warning"))
+    return found
+
+
 _SHAPE_FIELDS = ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size")
 
 
@@ -316,6 +391,11 @@ def check_shapes(export: ExportView, target: TargetView, config: CheckConfig) ->
     if present != set(range(count or 0)):
         found.append(_finding("shapes", "num_hidden_layers", count, f"{len(present)} (layers in model.safetensors)",
                               "restore the config the drafter was trained with"))
+    layer_types = export.raw.get("layer_types")
+    if isinstance(layer_types, list) and len(layer_types) != len(present):
+        found.append(_finding("shapes", "layer_types", f"{len(layer_types)} entries",
+                              f"{len(present)} (one per layer in model.safetensors)",
+                              "engines index layer_types by layer; restore the config the drafter was trained with"))
     for index in sorted(present):
         for proj, shape in expected.items():
             name = f"layers.{index}.self_attn.{proj}.weight"
@@ -367,11 +447,17 @@ def check_dspark(export: ExportView, target: TargetView, config: CheckConfig) ->
     return found
 
 
+# Published DFlash drafters use blocks of 8 to 16; far past this no engine drafts, and a block is
+# allocated whole by the parity run (a 10^9 block asked for 512 GB).
+MAX_BLOCK_SIZE = 1024
+
+
 def check_block_size(export: ExportView, target: TargetView, config: CheckConfig) -> list[Finding]:
     top, nested = export.raw.get("block_size"), export.flash.get("block_size")
     block = nested if nested is not None else top
-    if not isinstance(block, int) or isinstance(block, bool) or block < 2:
-        return [_finding("block", "block_size", block, "an integer >= 2", "restore the block size it was trained with")]
+    if not isinstance(block, int) or isinstance(block, bool) or not 2 <= block <= MAX_BLOCK_SIZE:
+        return [_finding("block", "block_size", block, f"an integer in 2..{MAX_BLOCK_SIZE}",
+                         "restore the block size it was trained with")]
     if _is_dspark(export):
         return _dspark_block(block, export, config)
     found = []
@@ -472,6 +558,7 @@ CHECKS: dict[str, Callable[[ExportView, TargetView, CheckConfig], list[Finding]]
     "shapes": check_shapes,
     "block": check_block_size,
     "dspark": check_dspark,
+    "dtypes": check_dtypes,
     "template": check_template,
 }
 
