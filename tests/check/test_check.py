@@ -265,3 +265,30 @@ def test_a_float_export_of_another_float_type_is_clean_of_dtype_findings(export_
     _edit_config(export, dtype="bfloat16")
     code, lines = _run(capsys, export, tiny_target_dir, "--no-parity")
     assert not [line for line in lines if "dtype" in line and line.startswith("error:")], lines
+
+
+def test_each_installed_engine_says_whether_it_serves_the_target_family(small_demo, tiny_target_dir, tmp_path, capsys):
+    """A Gemma 3 target: vLLM 0.32 has no EAGLE3 interface for it, so `check` must not look clean-and-servable."""
+    from draftsmith.model.engine_install import EngineNotInstalled, vllm_python
+
+    try:
+        vllm_python()
+    except EngineNotInstalled as error:
+        pytest.skip(str(error))
+    export = Path(small_demo.export_dir)
+    code, lines = _run(capsys, export, tiny_target_dir, "--no-parity")
+    assert any(line.startswith("engine: vLLM 0.") and ": can serve it: Qwen3ForCausalLM" in line for line in lines), lines
+    gemma = tmp_path / "gemma-target"
+    gemma.mkdir()
+    for item in Path(tiny_target_dir).iterdir():
+        if item.is_file():
+            (gemma / item.name).symlink_to(item)
+    (gemma / "config.json").unlink()
+    config = json.loads((Path(tiny_target_dir) / "config.json").read_text())
+    (gemma / "config.json").write_text(json.dumps({**config, "architectures": ["Gemma3ForCausalLM"]}))
+    code, lines = _run(capsys, export, gemma, "--no-parity", "--json")
+    report = json.loads("\n".join(line for line in lines if not line.startswith("check:")))
+    vllm = next(engine for engine in report["engines"] if engine["engine"].startswith("vLLM"))
+    assert vllm["status"] == "no" and "EAGLE3" in vllm["detail"]
+    assert any(f["check"] == "engines" and f["severity"] == "warning" for f in report["findings"])
+    assert "engines" in report["checks"]

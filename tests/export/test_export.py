@@ -276,3 +276,18 @@ def test_a_sliding_window_round_trips_into_the_keys_engines_read(tmp_path, targe
         c = reference(position_ids=positions, noise_embedding=noise, target_hidden=context)
     assert (a - b).abs().max() > 1e-4
     torch.testing.assert_close(a, c, atol=1e-5, rtol=1e-4)
+
+
+def test_export_asks_the_installed_engines_and_writes_their_answer(tmp_path, drafter, capsys):
+    from draftsmith.model.engine_install import EngineNotInstalled, vllm_python
+
+    try:
+        vllm_python()
+    except EngineNotInstalled as error:
+        pytest.skip(str(error))
+    assert drafter.config.dflash_config["target_architectures"] == ["Qwen3ForCausalLM"]
+    result = export_drafter(drafter, tmp_path / "out", check_engines=True)
+    vllm = next(support for support in result.engines if support.engine.startswith("vLLM"))
+    assert vllm.status == "yes", vllm
+    card = (result.path / "README.md").read_text()
+    assert "## Engines installed where it was exported" in card and vllm.line() in card

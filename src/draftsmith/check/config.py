@@ -33,6 +33,8 @@ class CheckConfig(BaseModel):
         None, description='chat_template_kwargs sent when serving, e.g. {"enable_thinking": false} (default: none)'
     )
     parity: bool = Field(True, description="compare block logits with the reference dflash package on real target features")
+    engines: bool = Field(True, description="ask each serving engine installed here (vLLM's registry, llama.cpp's "
+                          "converter and graphs) whether it can serve this drafter on this target family")
     overfit: bool = Field(
         False, description="run the overfit gate: train a drafter, export, compare engine and in-process acceptance "
         "per held-out prompt and draft position"
@@ -85,6 +87,7 @@ class CheckSummary(BaseModel):
     sglang_draft_tokens: int | None = None
     parity: ParityResult | None = None
     overfit: dict[str, Any] | None = None
+    engines: list[dict[str, str]] = Field(default_factory=list)  # EngineSupport.to_dict() per engine
 
     @property
     def errors(self) -> list[Finding]:
@@ -114,6 +117,9 @@ class CheckSummary(BaseModel):
             out.append(f"serve: block_size {self.block_size} -> vLLM num_speculative_tokens "
                        f"{self.vllm_num_speculative_tokens}, " + (f"SGLang --speculative-num-draft-tokens "
                        f"{self.sglang_draft_tokens}" if self.sglang_draft_tokens is not None else "(DSpark: vLLM's dspark method)"))
+        for engine in self.engines:
+            word = {"yes": "can serve it", "no": "cannot serve it"}.get(engine["status"], "not checked")
+            out.append(f"engine: {engine['engine']}: {word}: {engine['detail']}")
         if self.parity is not None:
             out.append(f"parity: {self.parity.status}: {self.parity.detail}")
         if self.overfit is not None and self.overfit.get("verdict"):

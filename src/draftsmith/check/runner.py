@@ -17,6 +17,26 @@ def _blocks_parity(finding: Finding) -> bool:
             or (finding.check == "dtypes" and finding.field == "model.safetensors dtype"))
 
 
+def _engine_findings(summary: CheckSummary, export: ExportView, target: TargetView) -> None:
+    """Per engine installed here: can it serve this drafter on this target family (read from the engine)."""
+    from draftsmith.model.engine_support import engine_support
+
+    archs = target.raw.get("architectures") or export.flash.get("target_architectures") or []
+    kind = "dspark" if "markov_rank" in export.raw else "dflash"
+    supports = engine_support([str(a) for a in archs] if isinstance(archs, list) else [], kind)
+    summary.checks.append("engines")
+    summary.engines = [support.to_dict() for support in supports]
+    for support in supports:
+        if support.status == "no":
+            summary.findings.append(Finding(
+                check="engines", field=support.engine, found="cannot serve it", expected="an engine that serves it",
+                fix=f"{support.detail}; the serving commands for it will fail on this target", severity="warning"))
+    if supports and all(support.status == "no" for support in supports):
+        summary.findings.append(Finding(
+            check="engines", field="serving", found="no engine installed here can serve it", expected="at least one",
+            fix="train a drafter for a target family an engine serves (see the engine lines)", severity="warning"))
+
+
 def check_export(config: CheckConfig, target_model=None) -> CheckSummary:
     """Run every static check on `config.export` against `config.target` (and parity unless off)."""
     export = ExportView.read(config.export)
@@ -30,6 +50,8 @@ def check_export(config: CheckConfig, target_model=None) -> CheckSummary:
     )
     if block and "markov_rank" in export.raw:  # DSpark drafts from the anchor: B tokens; SGLang serves none
         summary.vllm_num_speculative_tokens, summary.sglang_draft_tokens = block, None
+    if config.engines:
+        _engine_findings(summary, export, target)
     if not config.parity:
         return summary
     summary.checks.append("parity")

@@ -1,10 +1,10 @@
 """Real inference engines (vLLM CPU, llama.cpp's llama-server) as local subprocesses.
 
-Install them with the scripts in the repo's `engines/` folder; see `draftsmith.engines.install`.
+Install them with the scripts in the repo's `engines/` folder; see `draftsmith.model.engine_install`.
 """
 
 from draftsmith.engines.gguf import GGUFConversionError, convert_to_gguf
-from draftsmith.engines.install import (
+from draftsmith.model.engine_install import (
     EngineNotInstalled,
     engines_dir,
     llama_convert_script,

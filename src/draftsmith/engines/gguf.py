@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from draftsmith.engines.install import engines_dir, llama_convert_script
+from draftsmith.model.engine_install import engines_dir, llama_convert_script
 from draftsmith.core.errors import DraftsmithError
 from draftsmith.core.io import publish
 

@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
-from draftsmith.engines.install import llama_server_binary, vllm_python
+from draftsmith.model.engine_install import llama_server_binary, vllm_python
 from draftsmith.core.errors import DraftsmithError
 from draftsmith.core.limits import threads_for_load
 

@@ -13,8 +13,11 @@ def export(config: ExportConfig) -> None:
     from draftsmith.export.exporter import export_drafter
 
     result = export_drafter(
-        config.drafter, config.out, dtype=config.dtype, overwrite=config.force, check_reference=config.check_reference
+        config.drafter, config.out, dtype=config.dtype, overwrite=config.force, check_reference=config.check_reference,
+        check_engines=config.check_engines,
     )
+    for support in result.engines:
+        typer.echo(f"draftsmith export: engine: {support.line()}", err=True)
     typer.echo(result.summary())
 
 

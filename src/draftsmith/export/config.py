@@ -17,3 +17,5 @@ class ExportConfig(BaseModel):
     dtype: StorageDType | None = Field(None, description="fp32, bf16 or fp16 (default: keep the checkpoint's)")
     force: bool = Field(False, description="replace a non-empty --out directory")
     check_reference: bool = Field(True, description="compare outputs with the reference dflash package")
+    check_engines: bool = Field(True, description="ask each serving engine installed here whether it can serve this "
+                                "drafter on its target family (printed, and written into the export's README)")

@@ -38,6 +38,7 @@ class ExportResult:
     files: list[str] = field(default_factory=list)
     num_speculative_tokens: int = 0  # block_size - 1: what engines must be told
     warnings: list[str] = field(default_factory=list)
+    engines: list = field(default_factory=list)  # EngineSupport per engine installed here (check_engines)
 
     def summary(self) -> str:
         return (
@@ -226,24 +227,43 @@ Use {config.block_size - 1}, or less to verify fewer tokens per step.
 """
 
 
+def _engines_section(engines: list) -> str:
+    if not engines:
+        return ""
+    lines = "\n".join(f"- {support.line()}" for support in engines)
+    return f"""
+## Engines installed where it was exported
+
+Each engine asked itself (vLLM's model registry, llama.cpp's converter and graphs); a command above
+for an engine that cannot serve it will fail on this target:
+
+{lines}
+"""
+
+
 def export_drafter(
     drafter: str | Path | DFlashDraftModel,
     out: str | Path,
     dtype: str | None = None,
     overwrite: bool = False,
     check_reference: bool = True,
+    check_engines: bool = False,
 ) -> ExportResult:
-    """Write the serving checkpoint for `drafter` (a directory, train output dir, or model) to `out`."""
+    """Write the serving checkpoint for `drafter` (a directory, train output dir, or model) to `out`.
+
+    `check_engines`: ask the engines installed here whether they serve the drafter on its target's
+    family (`model.engine_support`); the answers go into the result and the export's README."""
     out = require_output_dir(out, "--out")
     if out.is_symlink():  # replaced as a whole at the end: the link's target is not ours to delete
         raise InputError(f"--out {out}: is a symbolic link (to {os.readlink(out)}); export replaces --out as a whole, "
                          f"so give the directory itself ({out.resolve()}) or a new path")
     # `out` itself is replaced by a rename at the end, so its lock lives next to it.
     with lock_directory(out, "export", lock_file=lock_beside(out)):
-        return _export(drafter, out, dtype, overwrite, check_reference)
+        return _export(drafter, out, dtype, overwrite, check_reference, check_engines)
 
 
-def _export(drafter, out: Path, dtype: str | None, overwrite: bool, check_reference: bool) -> ExportResult:
+def _export(drafter, out: Path, dtype: str | None, overwrite: bool, check_reference: bool,
+            check_engines: bool = False) -> ExportResult:
     source: Path | None = None
     if isinstance(drafter, (str, Path)):
         source = resolve_drafter_dir(drafter)
@@ -271,11 +291,17 @@ def _export(drafter, out: Path, dtype: str | None, overwrite: bool, check_refere
     if source is not None and out.resolve() == source.resolve():
         raise InputError(f"{out}: is the source drafter directory; export to a new directory")
 
+    engines = []
+    if check_engines:
+        from draftsmith.model.engine_support import engine_support
+
+        archs = (model.config.dflash_config or {}).get("target_architectures") or []
+        engines = engine_support(list(archs), model.config.drafter_kind)
     staging = fresh_dir(sibling_name(out, ".", ".partial"))
     try:
         with disk_full_as_one_line(staging):  # removed on any failure: nothing half-written stays
             save_drafter(model, staging, dtype=target_dtype)
-            write_atomic(staging / "README.md", _model_card(model.config, dtype_name))
+            write_atomic(staging / "README.md", _model_card(model.config, dtype_name) + _engines_section(engines))
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -310,4 +336,5 @@ def _export(drafter, out: Path, dtype: str | None, overwrite: bool, check_refere
         files=sorted(p.name for p in out.iterdir()),
         num_speculative_tokens=speculative_tokens(model.config),
         warnings=warnings,
+        engines=engines,
     )

@@ -261,6 +261,8 @@ def build_drafter_config(
             "target_layer_ids": target_layer_ids,
             # Engines read only the two keys above; this records which feature the drafter learned.
             "feature_definition": FEATURE_DEFINITION,
+            # The target's own class names: which engines can serve it depends on them (`check`, `export`).
+            "target_architectures": [str(name) for name in getattr(target_config, "architectures", None) or []],
             # What each layer was trained with (None: full attention), for `check` to compare with
             # what the config makes engines serve.
             "trained_windows": [int(sliding_window) if windowed else None] * int(num_draft_layers),
