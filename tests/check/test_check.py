@@ -239,7 +239,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, good_export, tiny_target_dir
     broken.mkdir()
     (broken / "config.json").write_text("{not json")
     code, lines = _run(capsys, broken, tiny_target_dir)
-    assert code == 2 and len(lines) == 1 and "config.json: not valid JSON" in lines[0]
+    assert code == 2 and len(lines) == 1 and "config.json:1: invalid JSON" in lines[0]
     code, lines = _run(capsys, good_export, tmp_path)
     assert code == 2 and len(lines) == 1 and "config.json: not found" in lines[0]
 

@@ -62,7 +62,7 @@ def test_the_depth_limit_counts_brackets_outside_strings_only():
     assert loads_json("[" * 100 + "]" * 100, "x") == json.loads("[" * 100 + "]" * 100)
     with pytest.raises(BadJSONError, match="nested 101 levels deep"):
         loads_json("[" * 101 + "]" * 101, "x")
-    with pytest.raises(BadJSONError, match=r"x:2: not valid JSON"):
+    with pytest.raises(BadJSONError, match=r"x:2: invalid JSON"):
         loads_json('{\n"a": }', "x")
 
 

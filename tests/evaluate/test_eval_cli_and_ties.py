@@ -134,8 +134,11 @@ def test_cli_eval_device_and_dtype(tiny_target_dir, drafter_dir, prompts_file, c
     assert data["device"] == "cpu" and data["dtype"] == "bfloat16" and data["tie_tolerance"] == 0.5
     assert data["lossless"] is True and data["num_prompts"] == 2
     assert main(_eval_args(tiny_target_dir, drafter_dir, prompts_file, "--tie-tolerance", "0")) == 0
-    data = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
     assert data["dtype"] == "float32" and data["tie_tolerance"] == 0 and data["near_ties"] == 0
+    # Without --threads the count chosen from the machine's load is said once, when decoding starts.
+    assert captured.err.count("draftsmith eval: threads ") == 1 and "one per idle CPU" in captured.err, captured.err
     for device, message in (("tpu", "--device must be auto, cpu, cuda"), ("cuda:0", "sees no cuda device")):
         if device.startswith("cuda") and torch.cuda.is_available():
             continue

@@ -110,9 +110,9 @@ def loads_json(data: str | bytes, where: str, max_depth: int = MAX_JSON_DEPTH) -
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
-        raise BadJSONError(f"{where}:{error.lineno}: not valid JSON ({error.msg})") from None
+        raise BadJSONError(f"{where}:{error.lineno}: invalid JSON ({error.msg})") from None
     except ValueError as error:  # an integer too long to convert
-        raise BadJSONError(f"{where}: not valid JSON ({error})") from None
+        raise BadJSONError(f"{where}: invalid JSON ({error})") from None
     except RecursionError:
         raise BadJSONError(f"{where}: JSON nested too deep to read; not a file draftsmith reads") from None
 

@@ -28,7 +28,10 @@ def run_eval(config: EvalConfig, progress=None, on_tokens=None):
 
     device = resolve_device(config.device)
     if device == "cpu":
-        torch.set_num_threads(config.threads or _default_threads())
+        threads, why = (config.threads, None) if config.threads else _default_threads()
+        torch.set_num_threads(threads)
+        if why is not None:  # said once decoding starts: a bad input before it stays one line
+            on_tokens = _say_first(f"draftsmith eval: threads {why}", on_tokens)
     elif config.threads is not None:
         torch.set_num_threads(config.threads)
     return evaluate_drafter(
@@ -42,16 +45,29 @@ def run_eval(config: EvalConfig, progress=None, on_tokens=None):
     )
 
 
-def _default_threads() -> int:
+def _default_threads() -> tuple[int, str]:
     """torch's CPU threads where --threads is not given: one per CPU the machine's load leaves idle
-    (torch's own default, every core, ran about 10x slower on a loaded 2-core machine), printed."""
-    import sys
-
+    (torch's own default, every core, ran about 10x slower on a loaded 2-core machine), and why."""
     from draftsmith.core.limits import threads_for_load
 
-    threads, why = threads_for_load()
-    print(f"draftsmith eval: threads {why}", file=sys.stderr)
-    return threads
+    return threads_for_load()
+
+
+def _say_first(line: str, on_tokens=None):
+    """`on_tokens` that prints `line` to stderr on its first call."""
+    import sys
+
+    said = False
+
+    def announce(count: int) -> None:
+        nonlocal said
+        if not said:
+            said = True
+            print(line, file=sys.stderr, flush=True)
+        if on_tokens is not None:
+            on_tokens(count)
+
+    return announce
 
 
 def resolve_device(name: str) -> str:
