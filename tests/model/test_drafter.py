@@ -53,6 +53,7 @@ def test_build_config_matches_the_checkpoint_format(tiny_target, tiny_drafter_co
     assert config.dflash_config == {
         "mask_token_id": 3, "target_layer_ids": [0, 1, 2], "feature_definition": FEATURE_DEFINITION,
         "trained_windows": [None, None],  # full attention, recorded for `check`
+        "target_architectures": ["Qwen3ForCausalLM"],  # which engines can serve it, for `check` and `export`
     }
     for field in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size"):
         assert getattr(config, field) == getattr(tiny_target.config, field)
@@ -204,6 +205,7 @@ def test_save_and_load_round_trip(tmp_path, tiny_target, tiny_tokenizer, tiny_dr
     assert config["dflash_config"] == {
         "mask_token_id": 3, "target_layer_ids": [0, 1, 2], "feature_definition": FEATURE_DEFINITION,
         "trained_windows": [None, None],  # full attention, recorded for `check`
+        "target_architectures": ["Qwen3ForCausalLM"],  # which engines can serve it, for `check` and `export`
     }
     assert config["rope_theta"] == config["rope_parameters"]["rope_theta"] and config["rope_scaling"] is None
     assert not {"id2label", "label2id", "problem_type", "return_dict"} & set(config)

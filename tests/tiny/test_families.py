@@ -27,7 +27,9 @@ def test_family_trains_evaluates_exports_and_checks_clean(family, tmp_path):
     # train (a few steps) -> export -> eval, strict: a speculative output that differs from plain greedy raises.
     prepared = prepare_overfit(target, tmp_path / "run", samples=1, steps=3, max_new_tokens=12)
     assert prepared.new_tokens > 0
-    summary = check_export(CheckConfig(export=prepared.export_dir, target=target, parity=True))
+    # The drafter itself must check clean on every family; whether an installed engine serves the family is
+    # the engines' property (tests/check and tests/model/test_engine_support.py), not this drafter's.
+    summary = check_export(CheckConfig(export=prepared.export_dir, target=target, parity=True, engines=False))
     problems = [f.line() for f in summary.findings if f.severity in ("error", "warning")]
     assert problems == [], problems
 
