@@ -4,7 +4,8 @@ Writes synthetic tokenized sets of N and of a baseline N0 samples (~2,700-token 
 shape: a ~300-token prompt, the rest trained), then, for each, in fresh subprocesses:
 
 - `load_tokenized` alone (+ len, total_tokens, total_trainable, fingerprint, trainable_pairs);
-- `draftsmith train` for a few steps on the tiny target (built once by `build_tiny_target`, cached).
+- `draftsmith train` for a few steps on the tiny target (built once by `build_tiny_target`, cached),
+  with the DFlash drafter or (`--drafter dspark`) DSpark's.
 
 It prints wall time, start-up time (until the trainer prints its "training a ..." line, i.e. data
 and target loaded) and peak RSS of each subprocess (its own VmHWM, polled; shared pages counted once per process), the growth from N0 to
@@ -149,7 +150,7 @@ def measure(command: list[str], marker: str | None = None) -> dict:
             "tree_rss_gb": seen["tree_kb"] * 1024 / 1e9, "stdout": stdout}  # fmt: skip
 
 
-def run_one(data: Path, target: Path | None, work: Path, steps: int) -> dict:
+def run_one(data: Path, target: Path | None, work: Path, steps: int, drafter: str = "dflash") -> dict:
     load = measure([sys.executable, "-c", LOAD_ONLY, str(data)])
     if target is None:
         return {"load": {**load, **json.loads(load.pop("stdout"))}}
@@ -157,7 +158,7 @@ def run_one(data: Path, target: Path | None, work: Path, steps: int) -> dict:
     train = measure(
         [sys.executable, "-m", "draftsmith", "train", "--target", str(target), "--data", str(data), "--out", str(out),
          "--max-steps", str(steps), "--draft-layers", "1", "--block-size", "4", "--num-anchors", "8",
-         "--threads", "1", "--no-progress", "--log-every", "1"],
+         "--threads", "1", "--no-progress", "--log-every", "1", "--drafter", drafter],
         marker="training a ",
     )  # fmt: skip
     return {"load": {**load, **json.loads(load.pop("stdout"))}, "train": train}
@@ -198,6 +199,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens", type=int, default=2_700, help="mean tokens per row")
     parser.add_argument("--steps", type=int, default=2, help="train steps per run")
     parser.add_argument("--load-only", action="store_true", help="measure load_tokenized only (no target needed)")
+    parser.add_argument("--drafter", choices=("dflash", "dspark"), default="dflash",
+                        help="the drafter `train` builds (dspark: its Markov and confidence heads too)")
     parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "draftsmith-bench-scale")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(SRC))
@@ -211,7 +214,7 @@ def main(argv: list[str] | None = None) -> None:
         target = build_tiny_target(log=lambda message: print(message, file=sys.stderr))
     results = {}
     for samples, data in sets.items():
-        results[samples] = run_one(data, target, args.work_dir, args.steps)
+        results[samples] = run_one(data, target, args.work_dir, args.steps, args.drafter)
         print(f"{samples:,} samples: {json.dumps(results[samples])}", file=sys.stderr)
     report(results)
 
