@@ -8,9 +8,11 @@ Rows (issue 31 item 6): 1. DFlash + decay (the paper's loss weights), 2. DFlash 
 3. DFlash + D-PACE with more anchors per document (higher anchor coverage), 4. DSpark, 2 layers,
 5. DSpark, 3 layers; and, on the same held-out prompts, prompt lookup (n-gram) and the untrained
 drafter of row 1's shape. Each row reports held-out tau, per-position acceptance (first positions),
-the train step time (ms/step from train_log.jsonl between the first and last log points: model
-loading and the final save left out) and its ratio to row 1 (item 7's DSpark step cost at real
-training settings), the training process's peak RSS (VmHWM; the training runs in a process forked
+the step time (one micro-batch's forward + backward, the rows' trainers timed interleaved in one
+process on the same samples, best of --timing-repeats, so that a shared machine's load falls on
+every row alike) and its ratio to row 1 (item 7's DSpark step cost at these training settings),
+the training run's own wall-clock ms/step (train_log.jsonl, first to last log point; on a loaded
+machine it swings with the load), the training process's peak RSS (VmHWM; the training runs in a process forked
 from this one, so it includes this process's imported libraries, printed as the base), whether
 greedy decoding with it was token-identical to plain decoding, and the run's anchor coverage.
 
@@ -134,6 +136,31 @@ def ms_per_step(out: Path) -> float:
     return 1e3 * (last["time"] - first["time"]) / (last["step"] - first["step"])
 
 
+def _time_steps(configs: dict[str, Any], threads: int, repeats: int) -> dict:
+    """ms of one micro-batch's forward + backward per row (target forward included when online), the
+    rows timed interleaved on the same samples and the best of `repeats` kept (after a warm-up
+    round): on a shared, loaded machine the load falls on every row alike, unlike the wall-clock step
+    times of the training runs, which ran minutes apart."""
+    import torch
+    from bench_dspark_step import _step
+
+    from draftsmith.train import load_tokenized
+    from draftsmith.train.distributed import init_distributed
+    from draftsmith.train.loader import trainable_indices
+    from draftsmith.train.trainer import DrafterTrainer
+
+    torch.set_num_threads(threads)
+    first = next(iter(configs.values()))
+    dataset = load_tokenized(first.data, max_length=first.max_length)
+    samples = [int(index) for index in trainable_indices(dataset)[: first.batch_size]]
+    trainers = {row: DrafterTrainer(config, init_distributed("cpu"), dataset) for row, config in configs.items()}
+    times: dict[str, list[float]] = {row: [] for row in trainers}
+    for _ in range(repeats + 1):
+        for row, trainer in trainers.items():
+            times[row].append(_step(trainer, samples))
+    return {row: 1e3 * min(values[1:]) for row, values in times.items()}
+
+
 def _extract(target: Path, data: Path, out: Path, max_length: int, threads: int) -> dict:
     import torch
 
@@ -222,7 +249,7 @@ def settings_key(settings: dict) -> dict:
 
 # --- the runs ----------------------------------------------------------------------------------------------
 
-def run_target(name: str, settings: dict, seeds: list[int], work: Path, threads: int) -> dict:
+def run_target(name: str, settings: dict, seeds: list[int], work: Path, threads: int, repeats: int) -> dict:
     from draftsmith.train import TrainConfig
 
     if name == "tiny":
@@ -234,6 +261,7 @@ def run_target(name: str, settings: dict, seeds: list[int], work: Path, threads:
     runs: dict[int, dict] = {}
     for seed in seeds:
         trained: dict[str, dict] = {}
+        configs: dict[str, Any] = {}
         for row, overrides in rows:
             out = work / f"seed-{seed}" / row.split()[0]
             if out.exists():
@@ -249,17 +277,25 @@ def run_target(name: str, settings: dict, seeds: list[int], work: Path, threads:
                 "data_workers": 0, "num_threads": threads, "progress": False,
                 "log_every": max(1, settings["steps"] // 10), "save_every": settings["steps"], **overrides,
             })
+            configs[row] = config
             started = time.perf_counter()
             trained[row] = in_child(_train, config, threads)
             log(f"{name} seed {seed} {row}: {trained[row]['steps']} steps, loss {trained[row]['first_loss']:.3f} -> "
                 f"{trained[row]['final_loss']:.3f}, {trained[row]['ms_per_step']:.0f} ms/step, anchor coverage "
                 f"{trained[row]['anchor_coverage']:.1%}, {time.perf_counter() - started:.0f} s")
         started = time.perf_counter()
+        timing = in_child(_time_steps, configs, threads, repeats)
+        timing.pop("peak_rss_bytes")
+        for row in timing:
+            trained[row]["step_ms"] = timing[row]
+        log(f"{name} seed {seed}: step times (best of {repeats}, interleaved) "
+            + ", ".join(f"{row.split()[0]} {ms:.0f} ms" for row, ms in timing.items()) + f" ({time.perf_counter() - started:.0f} s)")
+        started = time.perf_counter()
         evaluation = in_child(_evaluate, target, {row: trained[row]["drafter_dir"] for row, _ in rows}, eval_file,
                               settings, seed, threads)
         log(f"{name} seed {seed}: eval of {evaluation['num_prompts']} prompts took {time.perf_counter() - started:.0f} s")
         runs[seed] = {"trained": trained, "eval": evaluation}
-    return {"settings": settings, "seeds": seeds, "runs": runs, "rows": [row for row, _ in rows]}
+    return {"settings": settings, "seeds": seeds, "runs": runs, "rows": [row for row, _ in rows], "timing_repeats": repeats}
 
 
 def spread(values: list[float], digits: int) -> str:
@@ -282,11 +318,13 @@ def table(name: str, outcome: dict, base_rss: int) -> str:
         f"{name}: {len(seeds)} seed(s) {', '.join(map(str, seeds))}; {settings['steps']} steps, block {settings['block_size']}, "
         f"DFlash {settings['draft_layers']} layers, {settings['num_anchors']} anchors/doc unless named, batch "
         f"{settings['batch_size']}, lr {settings['lr']:g}, fp32; eval: {runs[seeds[0]]['eval']['num_prompts']} held-out "
-        f"prompts x {settings['eval_max_new_tokens']} new tokens, greedy; peak RSS of the forked training process "
-        f"(base {base_rss / 2**20:.0f} MiB of imported libraries)",
+        f"prompts x {settings['eval_max_new_tokens']} new tokens, greedy. step ms: one micro-batch's forward + backward, "
+        f"rows interleaved, best of {outcome['timing_repeats']}; train ms/step (wall): the training run's own, on a loaded "
+        f"machine; peak RSS: the forked training process (base {base_rss / 2**20:.0f} MiB of imported libraries)",
         "",
-        f"| row | held-out tau | acceptance at positions 1..{POSITIONS} | ms/step | vs row 1 | peak RSS MiB | lossless | anchor coverage |",
-        "|---|---:|---|---:|---:|---:|---|---:|",
+        f"| row | held-out tau | acceptance at positions 1..{POSITIONS} | step ms | vs row 1 | train ms/step (wall) "
+        "| peak RSS MiB | lossless | anchor coverage |",
+        "|---|---:|---|---:|---:|---:|---:|---|---:|",
     ]
     for row in [*outcome["rows"], "ngram", "untrained"]:
         evals = [runs[seed]["eval"]["methods"][row] for seed in seeds]
@@ -297,12 +335,13 @@ def table(name: str, outcome: dict, base_rss: int) -> str:
         lossless = "yes" if all(e["lossless"] for e in evals) else "NO"
         label = {"ngram": "n-gram (prompt lookup)", "untrained": "untrained (row 1's shape)"}.get(row, row)
         if row in ("ngram", "untrained"):
-            lines.append(f"| {label} | {tau} | {positions} | - | - | - | {lossless} | - |")
+            lines.append(f"| {label} | {tau} | {positions} | - | - | - | - | {lossless} | - |")
             continue
         trained = [runs[seed]["trained"][row] for seed in seeds]
-        ratio = spread([t["ms_per_step"] / runs[seed]["trained"][first]["ms_per_step"] for seed, t in zip(seeds, trained)], 2)
+        ratio = spread([t["step_ms"] / runs[seed]["trained"][first]["step_ms"] for seed, t in zip(seeds, trained)], 2)
         lines.append(
-            f"| {label} | {tau} | {positions} | {spread([t['ms_per_step'] for t in trained], 0)} | {ratio} | "
+            f"| {label} | {tau} | {positions} | {spread([t['step_ms'] for t in trained], 0)} | {ratio} | "
+            f"{spread([t['ms_per_step'] for t in trained], 0)} | "
             f"{max(t['peak_rss_bytes'] for t in trained) / 2**20:.0f} | {lossless} | "
             f"{spread([100 * t['anchor_coverage'] for t in trained], 1)}% |")
     return "\n".join(lines)
@@ -327,6 +366,7 @@ def main() -> int:
                         help="data (reused by a rerun) and the runs, under <workdir>/<target>")
     parser.add_argument("--json", type=Path, help="also write every number here")
     parser.add_argument("--threads", type=int, default=2, help="torch threads of each training and eval")
+    parser.add_argument("--timing-repeats", type=int, default=8, help="interleaved rounds of the step timing (best kept)")
     for key in ("block_size", "draft_layers", "num_anchors", "more_anchors", "batch_size", "train_prompts",
                 "eval_prompts", "max_tokens", "eval_max_new_tokens", "mask_token_id", "max_length"):
         parser.add_argument("--" + key.replace("_", "-"), type=int, help="default: per target (see TARGETS)")
@@ -349,7 +389,7 @@ def main() -> int:
         started = time.perf_counter()
         settings = parse_settings(args, name)
         log(f"{name}: {settings}")
-        results[name] = run_target(name, settings, seeds, args.workdir / name, args.threads)
+        results[name] = run_target(name, settings, seeds, args.workdir / name, args.threads, args.timing_repeats)
         results[name]["minutes"] = (time.perf_counter() - started) / 60
         tables.append(table(name, results[name], base_rss))
         log(f"{name} took {results[name]['minutes']:.1f} min")
