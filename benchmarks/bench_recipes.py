@@ -1,8 +1,8 @@
 """The drafter's recipes side by side: the same data, steps and seed for each row, on the tiny target
 (several seeds: mean and spread) and on SmolLM2-135M (the real-target benchmark's data).
 
-    PYTHONPATH=src python benchmarks/bench_recipes.py --targets tiny --seeds 0,1,2 --steps 240
-    PYTHONPATH=src python benchmarks/bench_recipes.py --targets smollm2 --seeds 0 --steps 60 --train-prompts 64
+    PYTHONPATH=src python benchmarks/bench_recipes.py --targets tiny --seeds 0,1,2 --steps 200 --threads 1
+    PYTHONPATH=src python benchmarks/bench_recipes.py --targets smollm2 --seeds 0 --steps 150 --threads 1
 
 Rows (issue 31 item 6): 1. DFlash + decay (the paper's loss weights), 2. DFlash + D-PACE,
 3. DFlash + D-PACE with more anchors per document (higher anchor coverage), 4. DSpark, 2 layers,
@@ -49,10 +49,10 @@ import bench_real_target  # noqa: E402
 # then (vLLM's DSpark ignores it), so every row takes <empty_output> (16), a special token the
 # chat template never writes.
 TARGETS: dict[str, dict[str, Any]] = {
-    "tiny": dict(steps=240, block_size=16, draft_layers=2, num_anchors=2, more_anchors=8, lr=5e-3, batch_size=4,
+    "tiny": dict(steps=200, block_size=16, draft_layers=2, num_anchors=2, more_anchors=8, lr=5e-3, batch_size=4,
                  max_length=512, train_prompts=320, eval_prompts=12, max_tokens=192, eval_max_new_tokens=128,
                  mask_token_id=None),
-    "smollm2": dict(steps=60, block_size=8, draft_layers=2, num_anchors=4, more_anchors=16, lr=6e-4, batch_size=1,
+    "smollm2": dict(steps=150, block_size=8, draft_layers=2, num_anchors=4, more_anchors=16, lr=6e-4, batch_size=1,
                     max_length=1024, train_prompts=64, eval_prompts=8, max_tokens=128, eval_max_new_tokens=64,
                     mask_token_id=16),
 }  # fmt: skip
