@@ -7,12 +7,17 @@ measured tok/s and the best K of each.
     PYTHONPATH=src python benchmarks/bench_speculation.py                       # K 1,2,4,7 x concurrency 1,8
     PYTHONPATH=src python benchmarks/bench_speculation.py --ks 3 --concurrency 1,4 --requests 8 \\
         --max-tokens 48 --export DIR --json out.json                            # the CI-sized run
+    PYTHONPATH=src python benchmarks/bench_speculation.py --target smollm2 --export DRAFTER_DIR
+        # SmolLM2-135M (models fetch smollm2-135m) with a drafter trained on it (bench_real_target.py or
+        # bench_recipes.py), on the held-out prompts of benchmarks/data/real_target_prompts.jsonl
 
 The roofline alone sees bytes and FLOPs; a CPU engine serving a 0.2M-parameter model spends its step
 on fixed costs (scheduling, Python, sampling, the API server) that GPUs hide behind CUDA graphs and
-larger models. So the device entry carries a per-step overhead, calibrated on ONE point (plain decode
-at the lowest concurrency: measured step time minus the roofline's), and every other point (each K,
-each concurrency, n-gram) is a prediction. The table shows the roofline-only prediction beside it.
+larger models. So the device entry carries the engine's overhead per step, fixed and per running
+request, calibrated on plain decode at the lowest and highest concurrency (measured step time minus
+the roofline's), and a speculative step's extra overhead (fixed and per request), calibrated on the
+smallest K at the same two concurrencies. Every other point (each larger K, n-gram at every
+concurrency) is a prediction. The table shows the roofline-only prediction beside it.
 """
 
 from __future__ import annotations
@@ -58,6 +63,19 @@ def _level(bench: dict, concurrency: int) -> dict:
     return next(row for row in bench["results"] if row["concurrency"] == concurrency)
 
 
+REAL_PROMPTS = Path(__file__).resolve().parent / "data" / "real_target_prompts.jsonl"
+
+
+def mean_prompt_tokens(target: Path, rows: list[dict]) -> float:
+    """Mean prompt length in tokens as the engine sees it: the target's chat template, generation prompt on."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(target))
+    texts = [tokenizer.apply_chat_template(row["messages"], add_generation_prompt=True, tokenize=False) for row in rows]
+    lengths = [len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts]
+    return sum(lengths) / max(len(lengths), 1)
+
+
 def predict(target: Path, export: str, device_file: Path, acceptance: Path, ngram: Path | None, ks: list[int],
             concurrency: list[int], prompt_mean: float, output_mean: float, overhead: str | None = None):
     from draftsmith.plan.speculation import SpeculationPlanConfig, make_speculation_plan
@@ -76,8 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", default="1,8")
     parser.add_argument("--requests", type=int, default=24, help="requests per level")
     parser.add_argument("--max-tokens", type=int, default=96)
-    parser.add_argument("--prompts", type=int, default=48, help="synthetic prompts (tiny target's tasks)")
-    parser.add_argument("--export", default=None, help="a DFlash export of the tiny target (default: run a small demo)")
+    parser.add_argument("--target", choices=("tiny", "smollm2"), default="tiny",
+                        help="tiny: the built-in tiny target; smollm2: SmolLM2-135M from `models fetch`")
+    parser.add_argument("--prompts", type=int, default=48,
+                        help="prompts (tiny: synthetic tasks; smollm2: bench_real_target's hand-written ones)")
+    parser.add_argument("--export", default=None,
+                        help="a DFlash drafter of the target (tiny's default: run a small demo; smollm2 needs one)")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
     parser.add_argument("--reuse", action="store_true", help="reuse the bench JSONs already in --workdir")
@@ -90,8 +112,16 @@ def main(argv: list[str] | None = None) -> int:
     ngram_k = args.ngram_k or max(ks)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-speculation-"))
     work.mkdir(parents=True, exist_ok=True)
-    target = build_tiny_target(log=log)
     export = args.export
+    if args.target == "smollm2":
+        if export is None:
+            raise SystemExit("--target smollm2 needs --export: a drafter trained on SmolLM2-135M "
+                             "(benchmarks/bench_real_target.py or bench_recipes.py write one)")
+        from draftsmith.models import fetch_model
+
+        target = Path(fetch_model("smollm2-135m").hf_dir)
+    else:
+        target = build_tiny_target(log=log)
     if export is None:
         from draftsmith.demo import DemoConfig, run_demo
 
@@ -107,7 +137,15 @@ def main(argv: list[str] | None = None) -> int:
     log(f"device: copy {device.bandwidth_bytes_per_s / 1e9:.1f} GB/s, fp32 {device.fp32_flops / 1e9:.1f} GFLOP/s, "
         f"bf16 {device.bf16_flops / 1e9:.1f} GFLOP/s")
     prompts = work / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps(row) + "\n" for row in synthetic_prompts(args.prompts, seed=11)))
+    if args.target == "smollm2":
+        # The hand-written prompts the drafter did not train on first (bench_real_target holds out 40).
+        rows = [json.loads(line) for line in REAL_PROMPTS.read_text().splitlines() if line.strip()]
+        rows = (rows[::7] + [row for index, row in enumerate(rows) if index % 7])[: args.prompts]
+    else:
+        rows = list(synthetic_prompts(args.prompts, seed=11))
+    prompts.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    prompt_mean = mean_prompt_tokens(target, rows)
+    log(f"{len(rows)} prompts, {prompt_mean:.0f} tokens each on average under the chat template")
 
     runs: list[tuple[str, int, dict | None]] = [("none", 0, None)]
     runs += [("dflash", k, {"method": "dflash", "model": str(export), "num_speculative_tokens": k}) for k in ks]
@@ -124,26 +162,35 @@ def main(argv: list[str] | None = None) -> int:
         benches[(method, k)] = serve_and_bench(target, spec, prompts, concurrency, args.requests, args.max_tokens,
                                                files[(method, k)], work)
 
-    # Lengths the plan's live context comes from: the tiny target's prompts are a few dozen tokens.
+    # Lengths the plan's live context comes from: the prompts as templated, the answers as plain decode gave.
     plain = benches[("none", 0)]
     output_mean = sum(_level(plain, c)["mean_output_tokens"] for c in concurrency) / len(concurrency)
-    prompt_mean = 40.0
     # The profile a user has: vLLM's own, from the largest K served (its first positions cover every smaller K).
     acceptance, ngram = files[("dflash", max(ks))], files[("ngram", ngram_k)]
     device_file = work / "device.json"
     device_file.write_text(json.dumps(device_dict(device)))
     roofline = predict(target, export, device_file, acceptance, ngram, ks, concurrency, prompt_mean, output_mean, "0s")
-    low = min(concurrency)
-    measured_plain_step = 1 / _level(plain, low)["output_tokens_per_s"] * low
-    roofline_plain_step = roofline.plans[0].no_speculation.step_time_s
-    overhead = max(measured_plain_step - roofline_plain_step, 0.0)
-    calibrated = device.model_copy(update={"step_overhead_s": overhead})
+    low, high = min(concurrency), max(concurrency)
+
+    def plain_step(c: int) -> float:
+        return 1 / _level(plain, c)["output_tokens_per_s"] * c
+
+    # The engine's own cost per step, beside the roofline: a fixed part and a part per running request,
+    # fitted on plain decode at the lowest and highest concurrency.
+    bare = {entry.concurrency: entry.no_speculation.step_time_s for entry in roofline.plans}
+    per_request_plain = 0.0
+    if high > low:
+        per_request_plain = max(((plain_step(high) - bare[high]) - (plain_step(low) - bare[low])) / (high - low), 0.0)
+    overhead = max(plain_step(low) - bare[low] - low * per_request_plain, 0.0)
+    calibrated = device.model_copy(update={"step_overhead_s": overhead, "request_overhead_s": per_request_plain, "request_overhead_s": per_request_plain})
     device_file.write_text(json.dumps(device_dict(calibrated)))
-    log(f"step overhead calibrated on plain decode at concurrency {low}: {overhead * 1e3:.3f} ms "
-        f"(measured step {measured_plain_step * 1e3:.3f} ms, roofline {roofline_plain_step * 1e3:.4f} ms)")
-    # A drafting step costs more than a plain one on vLLM CPU (the drafter's forward, the proposer's and the
-    # rejection sampler's Python): calibrated on the smallest K at the lowest and highest concurrency, as a
-    # fixed part and a part per running request; the larger K and n-gram stay predictions.
+    log(f"engine overhead calibrated on plain decode at concurrency {low} and {high}: {overhead * 1e3:.3f} ms + "
+        f"{per_request_plain * 1e3:.3f} ms per request (measured step {plain_step(low) * 1e3:.3f} ms at {low}, "
+        f"roofline {bare[low] * 1e3:.4f} ms)")
+    # A speculative step costs more than a plain one on vLLM CPU (the drafter's forward launch, the
+    # proposer's and the rejection sampler's Python): calibrated on the smallest K at the lowest and
+    # highest concurrency, as a fixed part and a part per running request; the larger K and n-gram
+    # (which pays the same machinery) stay predictions.
     first = predict(target, export, device_file, acceptance, ngram, ks, concurrency, prompt_mean, output_mean)
     extra = {}
     for entry in first.plans:
@@ -151,12 +198,11 @@ def main(argv: list[str] | None = None) -> int:
         level = _level(benches[("dflash", min(ks))], c)
         tau = (level.get("engine_metrics") or {}).get("spec_acceptance") or entry.drafter[0].tau
         extra[c] = c * tau / level["output_tokens_per_s"] - entry.drafter[0].step_time_s
-    high = max(concurrency)
     per_request = max((extra[high] - extra[low]) / (high - low), 0.0) if high > low else 0.0
     fixed = max(extra[low] - low * per_request, 0.0)
     calibrated = calibrated.model_copy(update={"draft_step_overhead_s": fixed, "draft_request_overhead_s": per_request})
     device_file.write_text(json.dumps(device_dict(calibrated)))
-    log(f"drafting step overhead calibrated on K={min(ks)}: {fixed * 1e3:.3f} ms + {per_request * 1e3:.3f} ms per request")
+    log(f"speculative step overhead calibrated on K={min(ks)}: {fixed * 1e3:.3f} ms + {per_request * 1e3:.3f} ms per request")
     plan = predict(target, export, device_file, acceptance, ngram, ks, concurrency, prompt_mean, output_mean)
 
     rows = []
@@ -188,9 +234,12 @@ def main(argv: list[str] | None = None) -> int:
         best.append({"concurrency": c, "measured_best_k": measured_best, "predicted_best_k": predicted_best,
                      "neighbours": abs(ks.index(measured_best) - ks.index(predicted_best)) <= 1})
 
+    print(f"target: {args.target} ({target}); drafter: {export}; prompts {prompt_mean:.0f} tokens, answers "
+          f"{output_mean:.0f} tokens on average")
     print(f"device: {device.title}; copy {device.bandwidth_bytes_per_s / 1e9:.1f} GB/s, fp32 matmul "
-          f"{device.fp32_flops / 1e9:.1f} GFLOP/s; step overhead {overhead * 1e3:.3f} ms (calibrated on plain decode, "
-          f"concurrency {low}); a drafting step adds {fixed * 1e3:.3f} ms + {per_request * 1e3:.3f} ms per request "
+          f"{device.fp32_flops / 1e9:.1f} GFLOP/s; engine overhead {overhead * 1e3:.3f} ms + "
+          f"{per_request_plain * 1e3:.3f} ms per request (calibrated on plain decode at concurrency {low} and {high}); "
+          f"a speculative step adds {fixed * 1e3:.3f} ms + {per_request * 1e3:.3f} ms per request "
           f"(calibrated on K={min(ks)} at concurrency {low} and {high})")
     print(f"drafter acceptance per position (vLLM, K={max(ks)}): "
           + ", ".join(f"{value:.2f}" for value in plan.acceptance.per_position))
@@ -206,10 +255,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"concurrency {entry['concurrency']}: best K measured {entry['measured_best_k']}, predicted "
               f"{entry['predicted_best_k']}" + ("" if entry["neighbours"] else "  (NOT neighbours)"))
     if args.json:
-        args.json.write_text(json.dumps({"device": device_dict(calibrated), "step_overhead_s": overhead,
+        args.json.write_text(json.dumps({"device": device_dict(calibrated), "step_overhead_s": overhead, "request_overhead_s": per_request_plain,
                                          "draft_step_overhead_s": fixed, "draft_request_overhead_s": per_request,
                                          "acceptance": plan.acceptance.per_position, "rows": rows, "best": best,
-                                         "output_mean": output_mean, "export": str(export)}, indent=2) + "\n")
+                                         "output_mean": output_mean, "prompt_mean": prompt_mean,
+                                         "target": args.target, "export": str(export)}, indent=2) + "\n")
     return 0
 
 

@@ -112,22 +112,21 @@ def test_step_overhead_is_paid_by_every_step(models):
     assert best.speedup == pytest.approx(best.tau, rel=0.1)
 
 
-def test_a_drafting_step_pays_the_device_entrys_draft_overheads(models, tmp_path):
+def test_a_speculative_step_pays_the_device_entrys_draft_overheads(models, tmp_path):
     from draftsmith.plan.gpus import device_dict
 
-    device = H100.model_copy(update={"name": "h100-engine", "step_overhead_s": 0.001, "draft_step_overhead_s": 0.002,
-                                     "draft_request_overhead_s": 0.0005})
+    device = H100.model_copy(update={"name": "h100-engine", "step_overhead_s": 0.001, "request_overhead_s": 0.0002,
+                                     "draft_step_overhead_s": 0.002, "draft_request_overhead_s": 0.0005})
     path = tmp_path / "device.json"
     path.write_text(json.dumps(device_dict(device)))
     plan = plan_of(models, gpu=str(path), concurrency="1,8", ngram_acceptance="0.5,0.2")
     for entry in plan.plans:
         assert entry.ngram
-        assert entry.no_speculation.overhead_s == pytest.approx(0.001)
-        for option in entry.drafter:
-            assert option.overhead_s == pytest.approx(0.001 + 0.002 + entry.batch * 0.0005)
+        assert entry.no_speculation.overhead_s == pytest.approx(0.001 + entry.batch * 0.0002)
+        # Drafter and n-gram alike pay the speculative machinery (proposer, rejection sampler) on top.
+        for option in [*entry.drafter, *entry.ngram]:
+            assert option.overhead_s == pytest.approx(0.001 + entry.batch * 0.0002 + 0.002 + entry.batch * 0.0005)
             assert option.step_time_s == pytest.approx(option.target_step_s + option.drafter_step_s + option.overhead_s)
-        for option in entry.ngram:
-            assert option.overhead_s == pytest.approx(0.001)
 
 
 def test_ngram_from_the_eval_report_beside_the_drafter(models, tmp_path):

@@ -58,9 +58,12 @@ class GpuSpec(BaseModel):
     # engine, hidden by CUDA graphs on a GPU) and how the figures were obtained.
     fp32_flops: float | None = None
     step_overhead_s: float = 0.0
-    # What a drafting step adds to that on such an engine: the drafter's own forward launch and the
+    # The part of it each running request adds (its sampling, detokenizing and output processing: vLLM
+    # CPU's plain step grows from 10.7 ms at batch 1 to 17.6 ms at batch 8 on a 0.2M-parameter model).
+    request_overhead_s: float = 0.0
+    # What a speculative step adds to that on such an engine: the drafter's own forward launch and the
     # proposer's and rejection sampler's bookkeeping, fixed and per running request (vLLM CPU's DFlash
-    # path roughly doubles the step at batch 1 and grows with the batch; benchmarks/bench_speculation.py).
+    # and n-gram paths both add about 4.7 ms at batch 1; benchmarks/bench_speculation.py).
     draft_step_overhead_s: float = 0.0
     draft_request_overhead_s: float = 0.0
     measured: str | None = None
@@ -144,7 +147,7 @@ def load_device(path: str | Path, flag: str = "--gpu") -> GpuSpec:
     for field in ("memory_bytes", "bandwidth_bytes_per_s", "bf16_flops"):
         if not getattr(device, field) > 0:
             raise InputError(f"{flag} {path}: field {field!r} must be positive, got {getattr(device, field)!r}")
-    for field in ("step_overhead_s", "draft_step_overhead_s", "draft_request_overhead_s"):
+    for field in ("step_overhead_s", "request_overhead_s", "draft_step_overhead_s", "draft_request_overhead_s"):
         if getattr(device, field) < 0:
             raise InputError(f"{flag} {path}: field {field!r} must be 0 or more, got {getattr(device, field)!r}")
     return device

@@ -23,10 +23,11 @@ One decode step at batch B (all running requests advance together):
   `DrafterCost`; DFlash: one parallel forward over the block [bonus, MASK x K] of every request:
   its layers and the target's LM head read once, its KV over the live context, the target features
   of the tau newly committed tokens through `fc` and each layer's K/V projections).
-- overhead: the engine's fixed cost per step that no roofline sees (scheduling, Python, sampling,
-  kernel launches), the device entry's `step_overhead_s` (0 for catalogue GPUs, measured against an
-  engine on a CPU, where it dominates small models; benchmarks/bench_speculation.py); a drafter's
-  step adds `draft_step_overhead_s + B * draft_request_overhead_s` (its forward's launch, the
+- overhead: the engine's cost per step that no roofline sees (scheduling, Python, sampling,
+  kernel launches), the device entry's `step_overhead_s + B * request_overhead_s` (0 for catalogue
+  GPUs, measured against an engine on a CPU, where it dominates small models;
+  benchmarks/bench_speculation.py); a speculative step (drafter or n-gram) adds
+  `draft_step_overhead_s + B * draft_request_overhead_s` (the drafter's forward launch, the
   proposer's and rejection sampler's bookkeeping: large on vLLM CPU, hidden on a GPU).
 - no speculation: B / (T_verify(B, 0) + overhead); n-gram (prompt lookup): no drafter forward, its
   own profile (`eval --baseline ngram` measures one), T = T_verify(B, K) + overhead.
@@ -551,7 +552,13 @@ def plan_concurrency(inputs: _Inputs, concurrency: int) -> ConcurrencyPlan:
     plain_target = _verify(setup, concurrency, 0, 1.0)
     if plain_target.max_batch <= 0:
         raise InputError(f"the target's weights leave no room for a single sequence on {device.title}")
-    plain = _option("none", 0, 1.0, plain_target, None, device, overhead, None)
+    plain = _option("none", 0, 1.0, plain_target, None, device, overhead + plain_target.batch * device.request_overhead_s,
+                    None)
+
+    def engine_overhead(batch: int) -> float:  # what a speculative step at this batch pays beside its rooflines
+        return (overhead + batch * device.request_overhead_s + device.draft_step_overhead_s
+                + batch * device.draft_request_overhead_s)
+
     kv_bytes = KV_BYTES[setup.kv_cache]
     head = _head_params(setup.arch)
     rows = []
@@ -559,15 +566,15 @@ def plan_concurrency(inputs: _Inputs, concurrency: int) -> ConcurrencyPlan:
         tau = inputs.acceptance.tau(k)
         target = _verify(setup, concurrency, k, tau)
         cost = inputs.drafter.step(target.batch, k, tau, setup.context, head, kv_bytes)
-        draft_overhead = device.draft_step_overhead_s + target.batch * device.draft_request_overhead_s
-        rows.append(_option(inputs.drafter.variant, k, tau, target, cost, device, overhead + draft_overhead,
+        rows.append(_option(inputs.drafter.variant, k, tau, target, cost, device, engine_overhead(target.batch),
                             plain.tokens_per_s))
     best = max(rows, key=lambda option: option.tokens_per_s)
     ngram_rows = []
     if inputs.ngram is not None:
         for k in range(1, len(inputs.ngram.per_position) + 1):
             tau = inputs.ngram.tau(k)
-            ngram_rows.append(_option("ngram", k, tau, _verify(setup, concurrency, k, tau), None, device, overhead,
+            verify = _verify(setup, concurrency, k, tau)
+            ngram_rows.append(_option("ngram", k, tau, verify, None, device, engine_overhead(verify.batch),
                                       plain.tokens_per_s))
     ngram_best = max(ngram_rows, key=lambda option: option.tokens_per_s) if ngram_rows else None
     if best.tokens_per_s <= plain.tokens_per_s:
