@@ -9,7 +9,7 @@ measured tok/s and the best K of each.
         --max-tokens 48 --export DIR --json out.json                            # the CI-sized run
     PYTHONPATH=src python benchmarks/bench_speculation.py --target smollm2 --export DRAFTER_DIR
         # SmolLM2-135M (models fetch smollm2-135m) with a drafter trained on it (bench_real_target.py or
-        # bench_recipes.py), on the held-out prompts of benchmarks/data/real_target_prompts.jsonl
+        # bench_recipes.py), on 48 of the hand-written prompts of benchmarks/data/real_target_prompts.jsonl
 
 The roofline alone sees bytes and FLOPs; a CPU engine serving a 0.2M-parameter model spends its step
 on fixed costs (scheduling, Python, sampling, the API server) that GPUs hide behind CUDA graphs and
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         f"bf16 {device.bf16_flops / 1e9:.1f} GFLOP/s")
     prompts = work / "prompts.jsonl"
     if args.target == "smollm2":
-        # The hand-written prompts the drafter did not train on first (bench_real_target holds out 40).
+        # Every 7th prompt first, so that any --prompts count spans the four domains (chat, code, math, explanation).
         rows = [json.loads(line) for line in REAL_PROMPTS.read_text().splitlines() if line.strip()]
         rows = (rows[::7] + [row for index, row in enumerate(rows) if index % 7])[: args.prompts]
     else:
