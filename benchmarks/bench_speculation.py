@@ -76,6 +76,13 @@ def mean_prompt_tokens(target: Path, rows: list[dict]) -> float:
     return sum(lengths) / max(len(lengths), 1)
 
 
+def fit_fixed_and_per_request(extra: dict[int, float], low: int, high: int) -> tuple[float, float]:
+    """(fixed, per request) seconds through the unexplained step time at the lowest and highest
+    concurrency (a straight line in the running requests), neither below 0."""
+    per_request = max((extra[high] - extra[low]) / (high - low), 0.0) if high > low else 0.0
+    return max(extra[low] - low * per_request, 0.0), per_request
+
+
 def predict(target: Path, export: str, device_file: Path, acceptance: Path, ngram: Path | None, ks: list[int],
             concurrency: list[int], prompt_mean: float, output_mean: float, overhead: str | None = None):
     from draftsmith.plan.speculation import SpeculationPlanConfig, make_speculation_plan
@@ -178,11 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     # The engine's own cost per step, beside the roofline: a fixed part and a part per running request,
     # fitted on plain decode at the lowest and highest concurrency.
     bare = {entry.concurrency: entry.no_speculation.step_time_s for entry in roofline.plans}
-    per_request_plain = 0.0
-    if high > low:
-        per_request_plain = max(((plain_step(high) - bare[high]) - (plain_step(low) - bare[low])) / (high - low), 0.0)
-    overhead = max(plain_step(low) - bare[low] - low * per_request_plain, 0.0)
-    calibrated = device.model_copy(update={"step_overhead_s": overhead, "request_overhead_s": per_request_plain, "request_overhead_s": per_request_plain})
+    overhead, per_request_plain = fit_fixed_and_per_request(
+        {c: plain_step(c) - bare[c] for c in (low, high)}, low, high)
+    calibrated = device.model_copy(update={"step_overhead_s": overhead, "request_overhead_s": per_request_plain})
     device_file.write_text(json.dumps(device_dict(calibrated)))
     log(f"engine overhead calibrated on plain decode at concurrency {low} and {high}: {overhead * 1e3:.3f} ms + "
         f"{per_request_plain * 1e3:.3f} ms per request (measured step {plain_step(low) * 1e3:.3f} ms at {low}, "
@@ -198,8 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         level = _level(benches[("dflash", min(ks))], c)
         tau = (level.get("engine_metrics") or {}).get("spec_acceptance") or entry.drafter[0].tau
         extra[c] = c * tau / level["output_tokens_per_s"] - entry.drafter[0].step_time_s
-    per_request = max((extra[high] - extra[low]) / (high - low), 0.0) if high > low else 0.0
-    fixed = max(extra[low] - low * per_request, 0.0)
+    fixed, per_request = fit_fixed_and_per_request(extra, low, high)
     calibrated = calibrated.model_copy(update={"draft_step_overhead_s": fixed, "draft_request_overhead_s": per_request})
     device_file.write_text(json.dumps(device_dict(calibrated)))
     log(f"speculative step overhead calibrated on K={min(ks)}: {fixed * 1e3:.3f} ms + {per_request * 1e3:.3f} ms per request")
@@ -255,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"concurrency {entry['concurrency']}: best K measured {entry['measured_best_k']}, predicted "
               f"{entry['predicted_best_k']}" + ("" if entry["neighbours"] else "  (NOT neighbours)"))
     if args.json:
-        args.json.write_text(json.dumps({"device": device_dict(calibrated), "step_overhead_s": overhead, "request_overhead_s": per_request_plain,
+        args.json.write_text(json.dumps({"device": device_dict(calibrated), "step_overhead_s": overhead,
+                                         "request_overhead_s": per_request_plain,
                                          "draft_step_overhead_s": fixed, "draft_request_overhead_s": per_request,
                                          "acceptance": plan.acceptance.per_position, "rows": rows, "best": best,
                                          "output_mean": output_mean, "prompt_mean": prompt_mean,

@@ -24,11 +24,14 @@ def run_eval(config: EvalConfig, progress=None, on_tokens=None):
     import torch
 
     from draftsmith.core.config import torch_dtype
+    from draftsmith.core.limits import threads_for_load
     from draftsmith.evaluate.speculative import evaluate_drafter
 
     device = resolve_device(config.device)
     if device == "cpu":
-        threads, why = (config.threads, None) if config.threads else _default_threads()
+        # torch's own default, every core, ran about 10x slower on a loaded 2-core machine: one thread
+        # per CPU the load leaves idle, and why.
+        threads, why = (config.threads, None) if config.threads else threads_for_load()
         torch.set_num_threads(threads)
         if why is not None:  # said once decoding starts: a bad input before it stays one line
             on_tokens = _say_first(f"draftsmith eval: threads {why}", on_tokens)
@@ -43,14 +46,6 @@ def run_eval(config: EvalConfig, progress=None, on_tokens=None):
         baselines=config.baseline, ngram_max=config.ngram_max, ngram_min=config.ngram_min,
         mask_token_id=config.mask_token_id, on_tokens=on_tokens,
     )
-
-
-def _default_threads() -> tuple[int, str]:
-    """torch's CPU threads where --threads is not given: one per CPU the machine's load leaves idle
-    (torch's own default, every core, ran about 10x slower on a loaded 2-core machine), and why."""
-    from draftsmith.core.limits import threads_for_load
-
-    return threads_for_load()
 
 
 def _say_first(line: str, on_tokens=None):

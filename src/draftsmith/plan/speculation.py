@@ -552,8 +552,8 @@ def plan_concurrency(inputs: _Inputs, concurrency: int) -> ConcurrencyPlan:
     plain_target = _verify(setup, concurrency, 0, 1.0)
     if plain_target.max_batch <= 0:
         raise InputError(f"the target's weights leave no room for a single sequence on {device.title}")
-    plain = _option("none", 0, 1.0, plain_target, None, device, overhead + plain_target.batch * device.request_overhead_s,
-                    None)
+    plain_overhead = overhead + plain_target.batch * device.request_overhead_s
+    plain = _option("none", 0, 1.0, plain_target, None, device, plain_overhead, None)
 
     def engine_overhead(batch: int) -> float:  # what a speculative step at this batch pays beside its rooflines
         return (overhead + batch * device.request_overhead_s + device.draft_step_overhead_s
