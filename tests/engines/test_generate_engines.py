@@ -154,9 +154,27 @@ def _wait_for_rows(output: Path, at_least: int, process: subprocess.Popen, timeo
     raise AssertionError(f"fewer than {at_least} rows after {timeout} s")
 
 
-# Enough samples that the kill (after KILL_AFTER_ROWS rows) lands mid-run even on an idle machine.
+# Enough samples (at concurrency 4) that the kill after KILL_AFTER_ROWS rows lands mid-run even on an
+# idle machine: vLLM answers the 120 in about 10 s at concurrency 8 here, llama-server in about 4 s.
 KILL_TEST_SAMPLES = 120
-KILL_AFTER_ROWS = 10
+KILL_AFTER_ROWS = 4
+KILL_TEST_CONCURRENCY = "4"
+
+
+def crash_mid_run(engine, output: Path, process: subprocess.Popen) -> int:
+    """SIGKILL the engine once KILL_AFTER_ROWS rows are written; the rows written by then.
+
+    The engine is frozen (SIGSTOP) the moment the rows are seen, so the count is the one the crash
+    left, however long this process waits for a CPU between the poll, the count and the kill."""
+    started = time.monotonic()
+    seen = _wait_for_rows(output, KILL_AFTER_ROWS, process)
+    engine.pause()
+    written = len(complete_rows(output))
+    engine.kill()
+    assert written < KILL_TEST_SAMPLES, (
+        f"the run finished before the engine was killed: {seen} rows seen after "
+        f"{time.monotonic() - started:.1f} s, {written} when it was frozen")
+    return written
 
 
 def test_engine_killed_mid_run_and_restarted_the_run_finishes_with_every_sample_once(engine, tmp_path, tiny_tokenizer):
@@ -164,15 +182,12 @@ def test_engine_killed_mid_run_and_restarted_the_run_finishes_with_every_sample_
     ids = write_prompts(prompts, KILL_TEST_SAMPLES, seed=11)
     output = tmp_path / "out"
     process = spawn_generate(
-        generate_argv(prompts, output, engine, "--concurrency", "8", "--health-interval", "0.5",
+        generate_argv(prompts, output, engine, "--concurrency", KILL_TEST_CONCURRENCY, "--health-interval", "0.5",
                       "--endpoint-wait", "240", "--max-retries", "20"),
         tmp_path,
     )
     try:
-        _wait_for_rows(output, KILL_AFTER_ROWS, process)
-        engine.kill()
-        rows_at_kill = len(complete_rows(output))
-        assert rows_at_kill < KILL_TEST_SAMPLES, "the run finished before the engine was killed"
+        crash_mid_run(engine, output, process)
         time.sleep(1.0)  # in-flight requests fail; the client must hold them, not drop them
         engine.start()
         stdout, _ = process.communicate(timeout=400)
@@ -197,13 +212,12 @@ def test_engine_and_client_crash_then_rerun_resumes_without_loss_or_duplicates(e
     ids = write_prompts(prompts, KILL_TEST_SAMPLES, seed=13)
     output = tmp_path / "out"
     process = spawn_generate(
-        generate_argv(prompts, output, engine, "--concurrency", "8"),
+        generate_argv(prompts, output, engine, "--concurrency", KILL_TEST_CONCURRENCY),
         tmp_path,
     )
     try:
-        _wait_for_rows(output, KILL_AFTER_ROWS, process)
         # The whole node goes down: engine and client die at once, nothing is shut down cleanly.
-        engine.kill()
+        crash_mid_run(engine, output, process)
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
     finally:
@@ -269,9 +283,7 @@ def test_an_engine_dying_for_good_mid_run_leaves_its_work_to_the_other(
         tmp_path,
     )
     try:
-        _wait_for_rows(output, KILL_AFTER_ROWS, process)
-        doomed.kill()  # and it never comes back
-        assert len(complete_rows(output)) < KILL_TEST_SAMPLES, "the run finished before the kill"
+        crash_mid_run(doomed, output, process)  # and it never comes back
         stdout, _ = process.communicate(timeout=400)
     finally:
         if process.poll() is None:

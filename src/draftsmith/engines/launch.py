@@ -248,6 +248,10 @@ class EngineServer:
         except ProcessLookupError:
             pass
 
+    def pause(self) -> None:
+        """SIGSTOP the engine and its workers: nothing more is answered until `kill` (or SIGCONT)."""
+        self._signal_group(signal.SIGSTOP)
+
     def kill(self) -> None:
         """SIGKILL the engine and its workers at once, as a crash would."""
         if self.process is None:
