@@ -70,9 +70,17 @@ def recipes(settings: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         ("2 DFlash + D-PACE", dict(loss_weights="dpace")),
         (f"3 DFlash + D-PACE, {settings['more_anchors']} anchors/doc",
          dict(loss_weights="dpace", num_anchors=settings["more_anchors"])),
-        ("4 DSpark, 2 layers", dict(drafter="dspark", num_draft_layers=2)),
-        ("5 DSpark, 3 layers", dict(drafter="dspark", num_draft_layers=3)),
+        ("4 DSpark, 2 layers", dict(drafter="dspark", num_draft_layers=2, markov_rank=settings.get("markov_rank"))),
+        ("5 DSpark, 3 layers", dict(drafter="dspark", num_draft_layers=3, markov_rank=settings.get("markov_rank"))),
     ]
+
+
+def chosen(rows: list[tuple[str, dict[str, Any]]], numbers: str | None) -> list[tuple[str, dict[str, Any]]]:
+    """The rows whose numbers `--rows` names (row 1, the baseline of "vs row 1", always kept)."""
+    if not numbers:
+        return rows
+    wanted = {"1", *(number.strip() for number in numbers.split(","))}
+    return [(name, overrides) for name, overrides in rows if name.split()[0] in wanted]
 
 
 # --- a process per training run, so each row's peak memory is its own ------------------------------
@@ -257,7 +265,7 @@ def run_target(name: str, settings: dict, seeds: list[int], work: Path, threads:
         features = None
     else:
         target, tokenized, eval_file, features = smollm2_data(settings, work / "data", threads)
-    rows = recipes(settings)
+    rows = chosen(recipes(settings), settings.get("rows"))
     runs: dict[int, dict] = {}
     for seed in seeds:
         trained: dict[str, dict] = {}
@@ -353,6 +361,7 @@ def parse_settings(args, name: str) -> dict:
         value = getattr(args, key, None)
         if value is not None:
             settings[key] = value
+    settings.update(markov_rank=args.markov_rank, rows=args.rows)
     return settings
 
 
@@ -371,6 +380,8 @@ def main() -> int:
                 "eval_prompts", "max_tokens", "eval_max_new_tokens", "mask_token_id", "max_length"):
         parser.add_argument("--" + key.replace("_", "-"), type=int, help="default: per target (see TARGETS)")
     parser.add_argument("--lr", type=float, help="default: per target (see TARGETS)")
+    parser.add_argument("--markov-rank", type=int, help="the DSpark rows' Markov rank (default: the trainer's, 256)")
+    parser.add_argument("--rows", help="comma-separated row numbers to train (row 1 always runs: the baseline)")
     args = parser.parse_args()
     targets = [name.strip() for name in args.targets.split(",") if name.strip()]
     unknown = [name for name in targets if name not in TARGETS]

@@ -88,3 +88,10 @@ def test_markov_rank_outside_the_vocabulary_is_refused(tiny_drafter_config):
     for rank in (0, tiny_drafter_config.vocab_size + 1):
         with pytest.raises(ValueError, match="markov_rank must be in 1.."):
             build_dspark_config(tiny_drafter_config, markov_rank=rank)
+
+
+def test_the_default_markov_rank_is_256_within_the_vocabulary(tiny_drafter_config):
+    from draftsmith.model.dspark import default_markov_rank
+
+    assert default_markov_rank(151936) == default_markov_rank(256) == 256 and default_markov_rank(10) == 10
+    assert build_dspark_config(tiny_drafter_config).markov_rank == min(256, tiny_drafter_config.vocab_size)

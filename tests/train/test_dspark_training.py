@@ -60,7 +60,7 @@ def test_dspark_loss_is_ce_plus_l1_plus_confidence_chunked_or_not():
 def test_dspark_online_equals_offline_and_every_head_learns(regenerated, tiny_target_dir, tmp_path):
     features_dir = tmp_path / "features"
     extract_features(tiny_target_dir, regenerated, features_dir, dtype="float32", samples_per_shard=12, progress=False)
-    online = small_config(tiny_target_dir, regenerated, tmp_path / "online", max_steps=3, drafter="dspark", markov_rank=16)
+    online = small_config(tiny_target_dir, regenerated, tmp_path / "online", max_steps=3, drafter="dspark")  # default rank
     offline = online.model_copy(update={"out": tmp_path / "offline", "offline_features": features_dir})
     context = init_distributed("cpu")
     dataset = load_tokenized(regenerated)
@@ -80,12 +80,12 @@ def test_dspark_online_equals_offline_and_every_head_learns(regenerated, tiny_ta
     for (_, a), (_, b) in zip(online_run.losses, offline_run.losses, strict=True):
         assert a == pytest.approx(b, rel=1e-4)
     config = json.loads((tmp_path / "online" / "drafter" / "config.json").read_text())
-    assert config["architectures"] == ["Qwen3DSparkModel"] and config["markov_rank"] == 16
+    assert config["architectures"] == ["Qwen3DSparkModel"] and config["markov_rank"] == 256  # the default
 
 
 def test_dspark_resume_is_exact_and_loss_drops(regenerated, tiny_target_dir, tmp_path):
     config = small_config(tiny_target_dir, regenerated, tmp_path / "full", epochs=2, save_every=4, keep_checkpoints=5,
-                          drafter="dspark", markov_rank=16, lr=3e-3)
+                          drafter="dspark", markov_rank=24, lr=3e-3)  # not the default
     full = train_drafter(config)
     shutil.copytree(tmp_path / "full", tmp_path / "cut")
     for path in sorted((tmp_path / "cut" / "checkpoints").glob("step-*")):
@@ -101,6 +101,11 @@ def test_dspark_resume_is_exact_and_loss_drops(regenerated, tiny_target_dir, tmp
     assert last < first * 0.9, (first, last)
     assert len(full.accuracy_by_offset) == 8
 
+    # Resumed without --markov-rank, the run goes on with its own rank, not the default.
+    again = train_drafter(config.model_copy(update={"out": tmp_path / "cut", "resume": True, "markov_rank": None,
+                                                    "epochs": 3, "max_steps": resumed.steps + 1}))
+    assert again.resumed_from_step == resumed.steps and again.steps == resumed.steps + 1
+    assert json.loads((tmp_path / "cut" / "drafter" / "config.json").read_text())["markov_rank"] == 24
     # Resuming the DSpark run with other DSpark settings, or as DFlash, is refused naming the flag.
     with pytest.raises(InputError, match="--markov-rank"):
         train_drafter(config.model_copy(update={"resume": True, "markov_rank": 8}))

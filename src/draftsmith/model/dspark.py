@@ -25,7 +25,17 @@ from torch import nn
 from draftsmith.model.config import DSPARK_ARCHITECTURE, DFlashConfig, as_dflash_config
 from draftsmith.model.drafter import DFlashDraftModel
 
+# The Markov head is a low-rank bigram table over the vocabulary, so what its rank buys depends on
+# the vocabulary and the data, not on the drafter's width. Measured on the tiny target (vocab 1,026,
+# bench_recipes.py, 3 seeds): held-out tau 1.918 at r 16, 2.669 at r 256 (DFlash: 2.343); its cost is
+# r/hidden of the LM head per scored row (SmolLM2, hidden 576: forward+backward 1.53x a DFlash step at
+# r 256, 1.15x at r 64). tau is what a user keeps: 256 unless asked, as the field trains it.
 DEFAULT_MARKOV_RANK = 256
+
+
+def default_markov_rank(vocab_size: int) -> int:
+    """The Markov head's rank when none is asked for: 256, or the whole vocabulary when it is smaller."""
+    return max(1, min(DEFAULT_MARKOV_RANK, int(vocab_size)))
 
 
 class DSparkMarkovHead(nn.Module):
@@ -94,9 +104,12 @@ class DSparkDraftModel(DFlashDraftModel):
         return self.confidence_head(hidden, markov_embed)
 
 
-def build_dspark_config(config: DFlashConfig, markov_rank: int = DEFAULT_MARKOV_RANK, confidence_head: bool = True) -> DFlashConfig:
-    """`config` (from `build_drafter_config`) turned into a DSpark config with the keys vLLM reads."""
+def build_dspark_config(config: DFlashConfig, markov_rank: int | None = None, confidence_head: bool = True) -> DFlashConfig:
+    """`config` (from `build_drafter_config`) turned into a DSpark config with the keys vLLM reads
+    (`markov_rank` None: `default_markov_rank`)."""
     vocab = int(config.vocab_size)
+    if markov_rank is None:
+        markov_rank = default_markov_rank(vocab)
     if not 1 <= int(markov_rank) <= vocab:
         raise ValueError(f"markov_rank must be in 1..{vocab} (the vocabulary), got {markov_rank}")
     fields = config.to_dict()

@@ -46,7 +46,8 @@ class TrainConfig(BaseModel):
     )
     drafter: Literal["dflash", "dspark"] = Field(
         "dflash", description="dflash, or dspark (DFlash block + a low-rank Markov head sampled left to right + a confidence head)")
-    markov_rank: int = Field(256, description="dspark: rank r of the Markov head (V x r, r x V), 1..vocabulary")
+    markov_rank: int | None = Field(None, description="dspark: rank r of the Markov head (V x r, r x V), 1..vocabulary "
+                                    "(default: 256, or what a resumed run used)")
     confidence_head: bool = Field(True, description="dspark: train the confidence head (per-position acceptance estimate)")
     block_size: int = Field(16, ge=2, description="tokens per draft block (the anchor plus B-1 predictions; dspark: B predictions)")
     num_draft_layers: Annotated[int, cli("--draft-layers")] = Field(5, ge=1, description="drafter decoder layers")
