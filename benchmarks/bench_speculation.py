@@ -15,9 +15,12 @@ The roofline alone sees bytes and FLOPs; a CPU engine serving a 0.2M-parameter m
 on fixed costs (scheduling, Python, sampling, the API server) that GPUs hide behind CUDA graphs and
 larger models. So the device entry carries the engine's overhead per step, fixed and per running
 request, calibrated on plain decode at the lowest and highest concurrency (measured step time minus
-the roofline's), and a speculative step's extra overhead (fixed and per request), calibrated on the
-smallest K at the same two concurrencies. Every other point (each larger K, n-gram at every
-concurrency) is a prediction. The table shows the roofline-only prediction beside it.
+the roofline's), a speculative step's extra overhead (fixed and per request), calibrated on the
+smallest K at the same two concurrencies, and (with two K or more) the drafter's forward's cost per
+request and drafted token, calibrated on the largest K at the highest concurrency. Every other point
+(the K between, the largest K at the other concurrencies, n-gram at every concurrency) is a
+prediction; the table marks the calibration points and shows the roofline-only prediction beside it.
+The device is measured with the threads vLLM CPU computes on (it keeps one CPU for itself).
 """
 
 from __future__ import annotations
@@ -74,6 +77,23 @@ def mean_prompt_tokens(target: Path, rows: list[dict]) -> float:
     texts = [tokenizer.apply_chat_template(row["messages"], add_generation_prompt=True, tokenize=False) for row in rows]
     lengths = [len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts]
     return sum(lengths) / max(len(lengths), 1)
+
+
+def engine_threads(log_path: Path) -> int:
+    """The torch threads vLLM CPU computed with, from its log; else its rule: every CPU but the one it
+    reserves (VLLM_CPU_NUM_OF_RESERVED_CPU, 1 by default) for the API server and scheduler."""
+    import os
+    import re
+
+    text = log_path.read_text(errors="replace") if log_path.is_file() else ""
+    found = re.findall(r"Reducing Torch threads from \d+ to (\d+)", text)
+    if found:
+        return int(found[-1])
+    cores = re.findall(r"core ids=\[([\d, ]*)\]", text)
+    if cores and cores[-1].strip():
+        return len(cores[-1].split(","))
+    reserved = int(os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "1") or 1)
+    return max(1, (os.cpu_count() or 1) - reserved)
 
 
 def fit_fixed_and_per_request(extra: dict[int, float], low: int, high: int) -> tuple[float, float]:
@@ -139,10 +159,6 @@ def main(argv: list[str] | None = None) -> int:
     if max(ks) > block - 1:
         raise SystemExit(f"--ks {max(ks)} is beyond the drafter's block ({block})")
 
-    log("measuring this machine as a device entry")
-    device = measure_device("cpu")
-    log(f"device: copy {device.bandwidth_bytes_per_s / 1e9:.1f} GB/s, fp32 {device.fp32_flops / 1e9:.1f} GFLOP/s, "
-        f"bf16 {device.bf16_flops / 1e9:.1f} GFLOP/s")
     prompts = work / "prompts.jsonl"
     if args.target == "smollm2":
         # Every 7th prompt first, so that any --prompts count spans the four domains (chat, code, math, explanation).
@@ -169,6 +185,14 @@ def main(argv: list[str] | None = None) -> int:
         benches[(method, k)] = serve_and_bench(target, spec, prompts, concurrency, args.requests, args.max_tokens,
                                                files[(method, k)], work)
 
+    # The device as the engine computes on it: vLLM CPU keeps one CPU for its API server and scheduler
+    # and runs the model on the rest (here 1 of 2), so a device measured on every CPU would price its
+    # FLOPs at twice the rate it gets.
+    threads = engine_threads(work / "vllm-plain.log")
+    log(f"measuring this machine as a device entry with the engine's {threads} thread(s)")
+    device = measure_device("cpu", threads=threads)
+    log(f"device: copy {device.bandwidth_bytes_per_s / 1e9:.1f} GB/s, fp32 {device.fp32_flops / 1e9:.1f} GFLOP/s, "
+        f"bf16 {device.bf16_flops / 1e9:.1f} GFLOP/s")
     # Lengths the plan's live context comes from: the prompts as templated, the answers as plain decode gave.
     plain = benches[("none", 0)]
     output_mean = sum(_level(plain, c)["mean_output_tokens"] for c in concurrency) / len(concurrency)
@@ -193,21 +217,36 @@ def main(argv: list[str] | None = None) -> int:
         f"{per_request_plain * 1e3:.3f} ms per request (measured step {plain_step(low) * 1e3:.3f} ms at {low}, "
         f"roofline {bare[low] * 1e3:.4f} ms)")
     # A speculative step costs more than a plain one on vLLM CPU (the drafter's forward launch, the
-    # proposer's and the rejection sampler's Python): calibrated on the smallest K at the lowest and
-    # highest concurrency, as a fixed part and a part per running request; the larger K and n-gram
-    # (which pays the same machinery) stay predictions.
+    # proposer's and the rejection sampler's Python): a fixed part and a part per running request,
+    # calibrated on the smallest K at the lowest and highest concurrency; with two K or more, the
+    # drafter's forward's cost per request and drafted token too, on the largest K at the highest
+    # concurrency. Every other K, and n-gram (which pays the same machinery, not the drafter's
+    # forward), stay predictions.
     first = predict(target, export, device_file, acceptance, ngram, ks, concurrency, prompt_mean, output_mean)
-    extra = {}
-    for entry in first.plans:
-        c = entry.concurrency
-        level = _level(benches[("dflash", min(ks))], c)
-        tau = (level.get("engine_metrics") or {}).get("spec_acceptance") or entry.drafter[0].tau
-        extra[c] = c * tau / level["output_tokens_per_s"] - entry.drafter[0].step_time_s
-    fixed, per_request = fit_fixed_and_per_request(extra, low, high)
-    calibrated = calibrated.model_copy(update={"draft_step_overhead_s": fixed, "draft_request_overhead_s": per_request})
+    k_low, k_high = min(ks), max(ks)
+
+    def unexplained(entry, k: int) -> float:
+        level = _level(benches[("dflash", k)], entry.concurrency)
+        option = next(option for option in entry.drafter if option.draft_tokens == k)
+        tau = (level.get("engine_metrics") or {}).get("spec_acceptance") or option.tau
+        return entry.concurrency * tau / level["output_tokens_per_s"] - option.step_time_s
+
+    by_concurrency = {entry.concurrency: entry for entry in first.plans}
+    extra = {c: unexplained(by_concurrency[c], k_low) for c in (low, high)}
+    per_token = 0.0
+    if k_high > k_low:
+        per_token = max((unexplained(by_concurrency[high], k_high) - extra[high]) / (high * (k_high - k_low)), 0.0)
+    # The smallest K's points hold K_low * per_token per request; what is left is fixed and per request.
+    fixed, per_request = fit_fixed_and_per_request({c: extra[c] - c * k_low * per_token for c in (low, high)}, low, high)
+    calibrated = calibrated.model_copy(update={"draft_step_overhead_s": fixed, "draft_request_overhead_s": per_request,
+                                               "draft_token_overhead_s": per_token})
     device_file.write_text(json.dumps(device_dict(calibrated)))
-    log(f"speculative step overhead calibrated on K={min(ks)}: {fixed * 1e3:.3f} ms + {per_request * 1e3:.3f} ms per request")
+    log(f"speculative step overhead calibrated on K={k_low}: {fixed * 1e3:.3f} ms + {per_request * 1e3:.3f} ms per "
+        f"request; the drafter's {per_token * 1e3:.4f} ms per request and drafted token (K={k_high} at {high})")
     plan = predict(target, export, device_file, acceptance, ngram, ks, concurrency, prompt_mean, output_mean)
+    calibration = {("none", 0, low), ("none", 0, high), ("dflash", k_low, low), ("dflash", k_low, high)}
+    if k_high > k_low:
+        calibration.add(("dflash", k_high, high))
 
     rows = []
     for with_overhead, bare in zip(plan.plans, roofline.plans):
@@ -228,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
                 "predicted_step_ms": 1e3 * option.step_time_s,
                 "roofline_tokens_per_s": bare_option.tokens_per_s,
                 "ratio": option.tokens_per_s / level["output_tokens_per_s"],
+                "calibration": (option.method, option.draft_tokens, c) in calibration,
                 "acceptance_per_position": metrics.get("spec_acceptance_per_position"),
             })
     best = []
@@ -235,8 +275,11 @@ def main(argv: list[str] | None = None) -> int:
         mine = [row for row in rows if row["concurrency"] == c and row["method"] == "dflash"]
         measured_best = max(mine, key=lambda row: row["measured_tokens_per_s"])["k"]
         predicted_best = max(mine, key=lambda row: row["predicted_tokens_per_s"])["k"]
+        measured_at = {row["k"]: row["measured_tokens_per_s"] for row in mine}
         best.append({"concurrency": c, "measured_best_k": measured_best, "predicted_best_k": predicted_best,
-                     "neighbours": abs(ks.index(measured_best) - ks.index(predicted_best)) <= 1})
+                     "neighbours": abs(ks.index(measured_best) - ks.index(predicted_best)) <= 1,
+                     # What serving the predicted K loses against the best K measured.
+                     "regret": 1 - measured_at[predicted_best] / measured_at[measured_best]})
 
     print(f"target: {args.target} ({target}); drafter: {export}; prompts {prompt_mean:.0f} tokens, answers "
           f"{output_mean:.0f} tokens on average")
@@ -244,27 +287,32 @@ def main(argv: list[str] | None = None) -> int:
           f"{device.fp32_flops / 1e9:.1f} GFLOP/s; engine overhead {overhead * 1e3:.3f} ms + "
           f"{per_request_plain * 1e3:.3f} ms per request (calibrated on plain decode at concurrency {low} and {high}); "
           f"a speculative step adds {fixed * 1e3:.3f} ms + {per_request * 1e3:.3f} ms per request "
-          f"(calibrated on K={min(ks)} at concurrency {low} and {high})")
+          f"(calibrated on K={k_low} at concurrency {low} and {high}), the drafter's {per_token * 1e3:.4f} ms per request "
+          f"and drafted token (K={k_high} at {high}); device measured with the engine's {threads} thread(s)")
     print(f"drafter acceptance per position (vLLM, K={max(ks)}): "
           + ", ".join(f"{value:.2f}" for value in plan.acceptance.per_position))
-    header = ("conc", "method", "K", "tau meas", "tau pred", "step ms meas", "step ms pred", "tok/s meas",
+    header = ("conc", "method", "K", "fit", "tau meas", "tau pred", "step ms meas", "step ms pred", "tok/s meas",
               "tok/s pred", "pred/meas", "roofline-only tok/s")
     print(" | ".join(header))
     for row in rows:
-        print(" | ".join([str(row["concurrency"]), row["method"], str(row["k"]), f"{row['measured_tau']:.2f}",
+        print(" | ".join([str(row["concurrency"]), row["method"], str(row["k"]), "*" if row["calibration"] else "",
+                          f"{row['measured_tau']:.2f}",
                           f"{row['predicted_tau']:.2f}", f"{row['measured_step_ms']:.2f}", f"{row['predicted_step_ms']:.2f}",
                           f"{row['measured_tokens_per_s']:.0f}", f"{row['predicted_tokens_per_s']:.0f}",
                           f"{row['ratio']:.2f}", f"{row['roofline_tokens_per_s']:,.0f}"]))
     for entry in best:
         print(f"concurrency {entry['concurrency']}: best K measured {entry['measured_best_k']}, predicted "
-              f"{entry['predicted_best_k']}" + ("" if entry["neighbours"] else "  (NOT neighbours)"))
+              f"{entry['predicted_best_k']}" + ("" if entry["neighbours"] else "  (NOT neighbours)")
+              + f"; serving the predicted K loses {entry['regret']:.1%} against the measured best")
+    print("fit *: the point the engine's overheads were calibrated on; every other row is a prediction")
     if args.json:
         args.json.write_text(json.dumps({"device": device_dict(calibrated), "step_overhead_s": overhead,
                                          "request_overhead_s": per_request_plain,
                                          "draft_step_overhead_s": fixed, "draft_request_overhead_s": per_request,
-                                         "acceptance": plan.acceptance.per_position, "rows": rows, "best": best,
+                                         "draft_token_overhead_s": per_token, "acceptance": plan.acceptance.per_position, "rows": rows, "best": best,
                                          "output_mean": output_mean, "prompt_mean": prompt_mean,
-                                         "target": args.target, "export": str(export)}, indent=2) + "\n")
+                                         "target": args.target, "export": str(export),
+                                         "engine_threads": threads}, indent=2) + "\n")
     return 0
 
 

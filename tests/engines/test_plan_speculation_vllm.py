@@ -52,6 +52,10 @@ def test_predicted_against_measured_through_vllm(small_demo, tiny_target_dir, tm
     assert level["spec_acceptance"] == pytest.approx(1 + sum(level["spec_accepted_per_position"]) / level["spec_drafts"],
                                                      abs=1e-3)
 
+    # The device is measured with the threads vLLM CPU computes on: every CPU but the one it reserves.
+    assert data["engine_threads"] == max(1, (os.cpu_count() or 1) - 1) and data["device"]["title"].endswith(
+        f"{data['engine_threads']} threads (measured)"), data["device"]
+
     rows = {(row["method"], row["k"], row["concurrency"]): row for row in data["rows"]}
     assert set(rows) == {(method, k, c) for method, k in (("none", 0), ("dflash", K), ("ngram", K)) for c in (1, 4)}
     calibration = {("none", 0, 1), ("none", 0, 4), ("dflash", K, 1), ("dflash", K, 4)}  # the overheads are fitted on these

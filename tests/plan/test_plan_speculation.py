@@ -116,16 +116,20 @@ def test_a_speculative_step_pays_the_device_entrys_draft_overheads(models, tmp_p
     from draftsmith.plan.gpus import device_dict
 
     device = H100.model_copy(update={"name": "h100-engine", "step_overhead_s": 0.001, "request_overhead_s": 0.0002,
-                                     "draft_step_overhead_s": 0.002, "draft_request_overhead_s": 0.0005})
+                                     "draft_step_overhead_s": 0.002, "draft_request_overhead_s": 0.0005,
+                                     "draft_token_overhead_s": 0.0001})
     path = tmp_path / "device.json"
     path.write_text(json.dumps(device_dict(device)))
     plan = plan_of(models, gpu=str(path), concurrency="1,8", ngram_acceptance="0.5,0.2")
     for entry in plan.plans:
         assert entry.ngram
         assert entry.no_speculation.overhead_s == pytest.approx(0.001 + entry.batch * 0.0002)
-        # Drafter and n-gram alike pay the speculative machinery (proposer, rejection sampler) on top.
+        # Drafter and n-gram alike pay the speculative machinery (proposer, rejection sampler) on top;
+        # only the drafter pays its forward's cost per drafted token.
         for option in [*entry.drafter, *entry.ngram]:
-            assert option.overhead_s == pytest.approx(0.001 + entry.batch * 0.0002 + 0.002 + entry.batch * 0.0005)
+            per_token = entry.batch * option.draft_tokens * 0.0001 if option in entry.drafter else 0.0
+            assert option.overhead_s == pytest.approx(0.001 + entry.batch * 0.0002 + 0.002 + entry.batch * 0.0005
+                                                      + per_token)
             assert option.step_time_s == pytest.approx(option.target_step_s + option.drafter_step_s + option.overhead_s)
 
 

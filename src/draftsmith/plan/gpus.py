@@ -66,6 +66,10 @@ class GpuSpec(BaseModel):
     # and n-gram paths both add about 4.7 ms at batch 1; benchmarks/bench_speculation.py).
     draft_step_overhead_s: float = 0.0
     draft_request_overhead_s: float = 0.0
+    # And what the drafter's forward costs beyond its roofline per running request and drafted token
+    # (n-gram has no forward): vLLM CPU's DFlash step grows 8 ms from K=1 to K=7 at batch 8 on the tiny
+    # target where its n-gram step at K=7 and its batch-1 steps do not grow at all.
+    draft_token_overhead_s: float = 0.0
     measured: str | None = None
 
     def peak_flops(self, weights: str) -> float:
@@ -147,7 +151,8 @@ def load_device(path: str | Path, flag: str = "--gpu") -> GpuSpec:
     for field in ("memory_bytes", "bandwidth_bytes_per_s", "bf16_flops"):
         if not getattr(device, field) > 0:
             raise InputError(f"{flag} {path}: field {field!r} must be positive, got {getattr(device, field)!r}")
-    for field in ("step_overhead_s", "request_overhead_s", "draft_step_overhead_s", "draft_request_overhead_s"):
+    for field in ("step_overhead_s", "request_overhead_s", "draft_step_overhead_s", "draft_request_overhead_s",
+                  "draft_token_overhead_s"):
         if getattr(device, field) < 0:
             raise InputError(f"{flag} {path}: field {field!r} must be 0 or more, got {getattr(device, field)!r}")
     return device

@@ -28,7 +28,9 @@ One decode step at batch B (all running requests advance together):
   GPUs, measured against an engine on a CPU, where it dominates small models;
   benchmarks/bench_speculation.py); a speculative step (drafter or n-gram) adds
   `draft_step_overhead_s + B * draft_request_overhead_s` (the drafter's forward launch, the
-  proposer's and rejection sampler's bookkeeping: large on vLLM CPU, hidden on a GPU).
+  proposer's and rejection sampler's bookkeeping: large on vLLM CPU, hidden on a GPU); the drafter's
+  step adds `B * K * draft_token_overhead_s` more (its forward's cost per drafted token beyond the
+  roofline: on vLLM CPU it grows with B*K where n-gram's does not).
 - no speculation: B / (T_verify(B, 0) + overhead); n-gram (prompt lookup): no drafter forward, its
   own profile (`eval --baseline ngram` measures one), T = T_verify(B, K) + overhead.
 
@@ -566,8 +568,8 @@ def plan_concurrency(inputs: _Inputs, concurrency: int) -> ConcurrencyPlan:
         tau = inputs.acceptance.tau(k)
         target = _verify(setup, concurrency, k, tau)
         cost = inputs.drafter.step(target.batch, k, tau, setup.context, head, kv_bytes)
-        rows.append(_option(inputs.drafter.variant, k, tau, target, cost, device, engine_overhead(target.batch),
-                            plain.tokens_per_s))
+        drafter_overhead = engine_overhead(target.batch) + target.batch * k * device.draft_token_overhead_s
+        rows.append(_option(inputs.drafter.variant, k, tau, target, cost, device, drafter_overhead, plain.tokens_per_s))
     best = max(rows, key=lambda option: option.tokens_per_s)
     ngram_rows = []
     if inputs.ngram is not None:
