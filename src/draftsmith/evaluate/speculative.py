@@ -248,6 +248,45 @@ def check_greedy(
     return None, near_ties
 
 
+def _check_arguments(max_new_tokens: int, temperature: float, tie_tolerance: float | None, baselines: Sequence[str],
+                     more_drafters: Mapping[str, Any], has_drafter: bool, ngram_max: int, ngram_min: int) -> None:
+    """`evaluate_drafter`'s numbers and names, before anything loads (InputError naming the first bad one)."""
+    if max_new_tokens < 1:
+        raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if not 0 <= temperature < float("inf"):
+        raise InputError(f"temperature must be a finite number >= 0, got {temperature}")
+    if tie_tolerance is not None and not 0 <= tie_tolerance < float("inf"):
+        raise InputError(f"tie_tolerance must be >= 0, got {tie_tolerance}")
+    unknown = [name for name in baselines if name not in BASELINES]
+    if unknown or len(set(baselines)) != len(baselines):
+        raise InputError(f"baselines must be distinct names among {', '.join(BASELINES)}; got {list(baselines)}")
+    clashing = sorted(set(more_drafters) & {"dflash", *BASELINES})
+    if clashing:
+        raise InputError(f"more_drafters may not be named {', '.join(clashing)} (method names of eval)")
+    if not has_drafter and not baselines and not more_drafters:
+        raise InputError("evaluate_drafter needs a drafter or at least one baseline")
+    if not 1 <= ngram_min <= ngram_max:
+        raise InputError(f"n-gram sizes need 1 <= ngram_min <= ngram_max; got {ngram_min}, {ngram_max}")
+
+
+def _drafters_beside(target, drafter, drafter_from_path: bool, loaded: Mapping[str, DFlashDraftModel], untrained: bool,
+                     block: int, mask_token_id: int | None, tokenizer, seed: int) -> dict[str, DFlashDraftModel]:
+    """method -> drafter on the target's device, each checked against it: the drafter ("dflash"; in the
+    target's dtype when loaded from a directory), the untrained baseline, then `loaded` by name."""
+    first = next(target.parameters())
+    drafters: dict[str, DFlashDraftModel] = {}
+    if drafter is not None:
+        drafters["dflash"] = drafter.to(device=first.device, dtype=first.dtype if drafter_from_path else None).eval()
+    if untrained:
+        drafters["untrained"] = untrained_drafter(target, drafter, block, mask_token_id, tokenizer, seed).to(
+            device=first.device, dtype=first.dtype).eval()
+    for name, model in loaded.items():
+        drafters[name] = model.to(device=first.device, dtype=first.dtype).eval()
+    for model in drafters.values():
+        _check_pair(target, model)
+    return drafters
+
+
 def evaluate_drafter(
     target: str | Path | torch.nn.Module,
     drafter: str | Path | DFlashDraftModel | None,
@@ -294,23 +333,9 @@ def evaluate_drafter(
     prompt finished (and of the total before the first), `on_tokens(n)` of every n tokens any of the
     decoders commits (plain and each method), so a long prompt shows progress while it runs.
     """
-    if max_new_tokens < 1:
-        raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if not 0 <= temperature < float("inf"):
-        raise InputError(f"temperature must be a finite number >= 0, got {temperature}")
-    if tie_tolerance is not None and not 0 <= tie_tolerance < float("inf"):
-        raise InputError(f"tie_tolerance must be >= 0, got {tie_tolerance}")
-    unknown = [name for name in baselines if name not in BASELINES]
-    if unknown or len(set(baselines)) != len(baselines):
-        raise InputError(f"baselines must be distinct names among {', '.join(BASELINES)}; got {list(baselines)}")
     more_drafters = dict(more_drafters or {})
-    clashing = sorted(set(more_drafters) & {"dflash", *BASELINES})
-    if clashing:
-        raise InputError(f"more_drafters may not be named {', '.join(clashing)} (method names of eval)")
-    if drafter is None and not baselines and not more_drafters:
-        raise InputError("evaluate_drafter needs a drafter or at least one baseline")
-    if not 1 <= ngram_min <= ngram_max:
-        raise InputError(f"n-gram sizes need 1 <= ngram_min <= ngram_max; got {ngram_min}, {ngram_max}")
+    _check_arguments(max_new_tokens, temperature, tie_tolerance, baselines, more_drafters, drafter is not None,
+                     ngram_max, ngram_min)
     if isinstance(prompts, (str, Path)):
         prompts = read_prompts(prompts, limit=limit, split=split)
     # Bad prompts or a broken drafter are reported before the target spends seconds loading.
@@ -323,16 +348,8 @@ def evaluate_drafter(
     target = target.eval()
     first = next(target.parameters())
     block = int(block_size or (drafter.block_size if drafter is not None else DEFAULT_BLOCK_SIZE))
-    drafters: dict[str, DFlashDraftModel] = {}
-    if drafter is not None:
-        drafters["dflash"] = drafter.to(device=first.device, dtype=first.dtype if drafter_from_path else None).eval()
-    if "untrained" in baselines:
-        drafters["untrained"] = untrained_drafter(target, drafter, block, mask_token_id, tokenizer, seed).to(
-            device=first.device, dtype=first.dtype).eval()
-    for name, model in loaded.items():
-        drafters[name] = model.to(device=first.device, dtype=first.dtype).eval()
-    for model in drafters.values():
-        _check_pair(target, model)
+    drafters = _drafters_beside(target, drafter, drafter_from_path, loaded, "untrained" in baselines, block,
+                                mask_token_id, tokenizer, seed)
     if tokenizer is not None:
         thinking = choose_thinking(getattr(tokenizer, "chat_template", None), {}, enable_thinking, send_default=False)
         print(f"draftsmith: eval: {thinking.line}", file=sys.stderr)

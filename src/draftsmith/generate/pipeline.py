@@ -205,20 +205,7 @@ async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) 
         samples = [s for s in samples if shard_of(s.id, count) == config.shard_index]
         duplicate_ids = [i for i in duplicate_ids if shard_of(i, count) == config.shard_index]
     store = OutputStore(config.output_dir, config.shard_index, count, config.fsync_interval_s, log=log)
-    done_ids = store.scan()
-    previous_failures = store.previous_failures()
-    already_done = [s for s in samples if s.id in done_ids]
-    todo = [s for s in samples if s.id not in done_ids]
-    skipped_failed = 0
-    if not config.retry_failed:
-        before = len(todo)
-        todo = [s for s in todo if s.id not in previous_failures]
-        skipped_failed = before - len(todo)
-    todo = _order(todo, config.order)
-    beyond_limit = 0
-    if config.limit is not None and len(todo) > config.limit:
-        beyond_limit = len(todo) - config.limit
-        todo = todo[: config.limit]
+    already_done, todo, skipped_failed, beyond_limit = _work_left(config, samples, store)
     total_input = len(samples) + len(duplicate_ids)
     if already_done:
         log(f"resuming: {len(already_done):,} of {len(samples):,} samples already generated in {store.directory}")
@@ -274,28 +261,52 @@ async def _agenerate(config: GenerateConfig, log: Callable[[str], None] | None) 
                 await run.run(todo)
         finally:
             store.close()
-            elapsed = time.monotonic() - started
-            summary.done = run.done
-            summary.failed = run.failed
-            summary.remaining = len(run.unresolved) + beyond_limit
-            summary.retries = run.retries
-            summary.requeued = run.requeued
-            summary.output_tokens = run.output_tokens
-            summary.length_finished = guard.length_total
-            summary.elapsed_s = round(elapsed, 3)
-            summary.output_tokens_per_s = round(run.output_tokens / elapsed, 2) if elapsed > 0 else 0.0
-            summary.stopped_reason = run.stop_reason
-            summary.guard_tripped = run.guard_tripped
-            summary.model = model
-            summary.rows_file = str(store.rows_path) if store.rows_path and store.rows_path.exists() else None
-            summary.endpoints = [
-                {"url": e.label, "healthy": e.healthy, "completed": e.completed, "errors": e.failed,
-                 "last_error": e.last_error}
-                for e in run.dispatcher.endpoints
-            ]
+            _record_run(summary, run, guard, store, time.monotonic() - started, beyond_limit)
             _verify_on_disk(summary, store, samples)
             store.write_summary(summary.to_dict())
     return summary
+
+
+def _work_left(config: GenerateConfig, samples: list[PromptSample], store: OutputStore
+               ) -> tuple[list[PromptSample], list[PromptSample], int, int]:
+    """(already done, to do in --order, failed before and skipped, beyond --limit) of this shard's samples."""
+    done_ids = store.scan()
+    previous_failures = store.previous_failures()
+    already_done = [s for s in samples if s.id in done_ids]
+    todo = [s for s in samples if s.id not in done_ids]
+    skipped_failed = 0
+    if not config.retry_failed:
+        before = len(todo)
+        todo = [s for s in todo if s.id not in previous_failures]
+        skipped_failed = before - len(todo)
+    todo = _order(todo, config.order)
+    beyond_limit = 0
+    if config.limit is not None and len(todo) > config.limit:
+        beyond_limit = len(todo) - config.limit
+        todo = todo[: config.limit]
+    return already_done, todo, skipped_failed, beyond_limit
+
+
+def _record_run(summary: GenerateSummary, run: GenerationRun, guard: QualityGuard, store: OutputStore, elapsed: float,
+                beyond_limit: int) -> None:
+    """What the run did, into its summary (also when it stopped early or failed)."""
+    summary.done = run.done
+    summary.failed = run.failed
+    summary.remaining = len(run.unresolved) + beyond_limit
+    summary.retries = run.retries
+    summary.requeued = run.requeued
+    summary.output_tokens = run.output_tokens
+    summary.length_finished = guard.length_total
+    summary.elapsed_s = round(elapsed, 3)
+    summary.output_tokens_per_s = round(run.output_tokens / elapsed, 2) if elapsed > 0 else 0.0
+    summary.stopped_reason = run.stop_reason
+    summary.guard_tripped = run.guard_tripped
+    summary.model = run.model
+    summary.rows_file = str(store.rows_path) if store.rows_path and store.rows_path.exists() else None
+    summary.endpoints = [
+        {"url": e.label, "healthy": e.healthy, "completed": e.completed, "errors": e.failed, "last_error": e.last_error}
+        for e in run.dispatcher.endpoints
+    ]
 
 
 def _check_output_settings(config: GenerateConfig, store: OutputStore, model: str | None, log) -> None:
