@@ -41,6 +41,7 @@ UNRECORDED_BEFORE = {"loss_weights": "decay", "dpace_alpha": 0.5, "draft_sliding
 
 @dataclass
 class RunInputs:
+    config: TrainConfig  # the run's settings, with the Markov rank filled in (`with_markov_rank`)
     dataset: TokenizedDataset
     trainable: np.ndarray  # indices of the samples with a usable anchor
     found: tuple[Path, dict] | None  # the checkpoint to resume from (released once restored)
@@ -124,6 +125,19 @@ def resume_settings(config: TrainConfig, dataset: TokenizedDataset, template: di
     return settings
 
 
+def with_markov_rank(config: TrainConfig, found: tuple[Path, dict] | None) -> TrainConfig:
+    """A DSpark run without --markov-rank: the rank of the checkpoint it resumes, else the default."""
+    if config.drafter != "dspark" or config.markov_rank is not None:
+        return config
+    saved = found[1]["config"].get("markov_rank") if found is not None else None
+    if not isinstance(saved, int):
+        from draftsmith.model.dspark import default_markov_rank
+        from draftsmith.model.target import load_target_config
+
+        saved = default_markov_rank(int(load_target_config(config.target).get_text_config().vocab_size))
+    return config.model_copy(update={"markov_rank": saved})
+
+
 def check_resume_config(saved: dict, config: TrainConfig, checkpoint: Path) -> None:
     current = config.model_dump(mode="json")
     # Checkpoints from before --drafter existed are DFlash runs.
@@ -174,6 +188,7 @@ def open_run_inputs(config: TrainConfig, context) -> RunInputs:
         raise InputError(f"{out_dir}: holds checkpoints already; pass --resume to continue or use a new --out")
     # Before the target loads: a run with no usable checkpoint is told so at once.
     found = newest_intact_checkpoint(out_dir) if config.resume else None
+    config = with_markov_rank(config, found)
     if found is not None:
         check_resume_config(found[1]["config"], config, found[0])
     template = tokenized_template(config.data)
@@ -184,4 +199,4 @@ def open_run_inputs(config: TrainConfig, context) -> RunInputs:
         check_manifest(out_dir, "train", resume_settings(config, dataset, template), force=config.force_resume,
                        assumed=UNRECORDED_BEFORE)
         record_partial_inputs(out_dir, partial)
-    return RunInputs(dataset, trainable, found, template)
+    return RunInputs(config, dataset, trainable, found, template)

@@ -310,24 +310,16 @@ class DrafterTrainer:
         )  # fmt: skip
 
 
-def resolve_drafter_options(config: TrainConfig) -> TrainConfig:
-    """--drafter dspark's own flags against the target, before anything loads (exit 2 naming the flag),
-    with the Markov rank filled in: a resumed run's own, else the default."""
-    if config.drafter != "dspark":
-        return config
-    from draftsmith.model.dspark import default_markov_rank
+def check_drafter_options(config: TrainConfig) -> None:
+    """--drafter dspark's own flags against the target, before anything loads (exit 2 naming the flag);
+    a rank left out is filled in with the run's inputs (`open_run_inputs`)."""
+    if config.drafter != "dspark" or config.markov_rank is None:
+        return
     from draftsmith.model.target import load_target_config
 
-    text = load_target_config(config.target).get_text_config()
-    vocab = int(text.vocab_size)
-    rank = config.markov_rank
-    if rank is None:
-        found = newest_intact_checkpoint(Path(config.out)) if config.resume else None
-        saved = found[1]["config"].get("markov_rank") if found is not None else None
-        rank = saved if isinstance(saved, int) else default_markov_rank(vocab)
-    if not 1 <= rank <= vocab:
-        raise InputError(f"--markov-rank {rank}: must be in 1..{vocab} (the target's vocabulary)")
-    return config.model_copy(update={"markov_rank": rank})
+    vocab = int(load_target_config(config.target).get_text_config().vocab_size)
+    if not 1 <= config.markov_rank <= vocab:
+        raise InputError(f"--markov-rank {config.markov_rank}: must be in 1..{vocab} (the target's vocabulary)")
 
 
 def build_optimizer(drafter: torch.nn.Module, config: TrainConfig, total_steps: int):
@@ -352,7 +344,7 @@ def train_drafter(config: TrainConfig) -> TrainResult:
     if config.num_threads is not None:
         torch.set_num_threads(config.num_threads)
     require_output_dir(config.out, "--out")
-    config = resolve_drafter_options(config)
+    check_drafter_options(config)
     context = init_distributed(config.device)
     try:
         # Every rank of one run writes --out; only the main rank holds its lock against other runs.
@@ -365,6 +357,7 @@ def train_drafter(config: TrainConfig) -> TrainResult:
 def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
     started, out_dir = time.perf_counter(), Path(config.out)
     run = open_run_inputs(config, context)
+    config = run.config  # with what the inputs decide (the Markov rank of a resumed run)
     trainer = DrafterTrainer(config, context, run.dataset, template=run.template)
     model = parallelize_drafter(trainer.drafter, context, config.sharding)
     per_epoch = steps_per_epoch(len(run.trainable), context.world_size, config.batch_size, config.grad_accum)
