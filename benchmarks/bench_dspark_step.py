@@ -10,6 +10,11 @@ ratios DSpark / DFlash are printed (issue 31 asks for <= 1.3), for each --markov
     PYTHONPATH=src python benchmarks/bench_dspark_step.py --target ~/.cache/draftsmith/models/smollm2-135m/hf \
         --data /tmp/bench_recipes/smollm2/data/tokenized --offline-features /tmp/bench_recipes/smollm2/data/features \
         --max-length 1024 --block-size 8 --anchors 4 --batch-size 1 --layers 2 --mask-token-id 16 --markov-ranks 64,256
+    # train's own defaults (5 layers, block 16, 512 anchors per document: blocks overlap, and DSpark
+    # scores its Markov bias once per distinct previous token of a chunk), features from `draftsmith extract`:
+    PYTHONPATH=src python benchmarks/bench_dspark_step.py --target ~/.cache/draftsmith/models/smollm2-135m/hf \
+        --data DATA --offline-features FEATURES --layers 5 --block-size 16 --anchors 512 --batch-size 1 \
+        --mask-token-id 16 --markov-ranks 64,256 --repeats 3
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ def main() -> None:
     parser.add_argument("--target", type=Path, default=None, help="target directory (default: the tiny target)")
     parser.add_argument("--layers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--block-size", type=int, default=8, help="DSpark drafts B per block; DFlash B-1")
+    parser.add_argument("--equal-drafts", action="store_true",
+                        help="DSpark blocks of block-size - 1: both draft as many tokens (the same served K)")
     parser.add_argument("--markov-ranks", default="256", help="comma-separated DSpark ranks (256: the default)")
     parser.add_argument("--data", type=Path, default=None, help="a tokenized set (default: a synthetic one)")
     parser.add_argument("--offline-features", type=Path, default=None, help="train from these extracted features")
@@ -79,14 +86,16 @@ def main() -> None:
     extra = {"mask_token_id": args.mask_token_id, "offline_features": args.offline_features,
              **({"max_length": args.max_length} if args.max_length else {})}
     count = len(load_tokenized(data, max_length=args.max_length))
+    dspark_block = args.block_size - 1 if args.equal_drafts else args.block_size
     batches = [[(index * args.batch_size + j) % count for j in range(args.batch_size)] for index in range(args.repeats + 1)]
     print(f"target {args.target.name} (vocab {vocab}), block {args.block_size}, {args.anchors} anchors x {args.batch_size} "
-          f"sample(s) of {data}{' (offline features)' if args.offline_features else ''}, {args.threads} thread(s); "
+          f"sample(s) of {data}{' (offline features)' if args.offline_features else ''}, {args.threads} thread(s), "
+          f"DSpark block {dspark_block} ({dspark_block} drafts, DFlash {args.block_size - 1}); "
           f"forward+backward of one micro-batch and the optimizer step, median of {args.repeats} interleaved (a first warms up)")
     for layers in args.layers:
         rows = {"dflash": _trainer(args.target, data, layers, args.block_size, args.anchors, args.batch_size, **extra)}
         for rank in ranks:
-            rows[f"dspark r{rank}"] = _trainer(args.target, data, layers, args.block_size, args.anchors, args.batch_size,
+            rows[f"dspark r{rank}"] = _trainer(args.target, data, layers, dspark_block, args.anchors, args.batch_size,
                                                drafter="dspark", markov_rank=rank, **extra)
         optimizers = {name: build_optimizer(trainer.drafter, trainer.config, 100)[0] for name, trainer in rows.items()}
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in rows}

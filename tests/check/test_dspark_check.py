@@ -97,6 +97,7 @@ def test_the_overfit_gate_trains_a_dspark_drafter_every_fault_moves(dspark_expor
     assert set(prepared.planted_faults) == set(DSPARK_FAULTS)
     assert prepared.in_process_tau > 1.0
     assert '"method": "dspark"' in prepared.serve_command
-    # Not asserted: at these small settings (8 samples, 60 steps) "layer ids shifted" moved nothing
-    # (disagreement 0.0, seen 2026-12-05), i.e. this gate is not yet sensitive for DSpark; open item.
+    # Sensitivity is not asserted at these small settings: "layer ids shifted" moved nothing here
+    # (disagreement 0.0, seen 2026-12-05). At the gate's defaults (160 prompts, 120 steps) it moved
+    # 17.3% (margin 3.5x, README "check knows DSpark"), too slow a run for CI.
     assert all("disagreement" in result for result in prepared.planted_faults.values())

@@ -59,6 +59,23 @@ def test_markov_logits_are_base_plus_the_low_rank_transition_of_the_previous_tok
     torch.testing.assert_close(logits, (torch.cat([hidden, w1[previous]], -1) @ proj.weight.T + proj.bias).squeeze(-1))
 
 
+@pytest.mark.parametrize("distinct", [3, 12])  # rows sharing few tokens (bias per token), or each its own (per row)
+def test_markov_logits_shared_equal_each_rows_own_bias_and_its_gradients(dspark_config, distinct):
+    torch.manual_seed(0)
+    model = _randomised(DSparkDraftModel(dspark_config)).double()  # float64: sums in another order agree closely
+    tokens = torch.randperm(dspark_config.vocab_size)[:distinct].sort().values
+    inverse = torch.cat([torch.arange(distinct), torch.randint(0, distinct, (12 - distinct,))])
+    base = torch.randn(12, dspark_config.vocab_size, dtype=torch.float64, requires_grad=True)
+    heads = [model.markov_head.markov_w1.weight, model.markov_head.markov_w2.weight]
+    ours = model.markov_logits_shared(base, model.markov_embed(tokens), inverse)
+    reference = model.markov_logits(base, model.markov_embed(tokens[inverse]))
+    torch.testing.assert_close(ours, reference)
+    upstream = torch.randn_like(ours)
+    for mine, theirs in zip(torch.autograd.grad(ours, [base, *heads], upstream),
+                            torch.autograd.grad(reference, [base, *heads], upstream)):
+        torch.testing.assert_close(mine, theirs)
+
+
 def test_save_and_load_round_trip_in_vllms_config_keys(tmp_path, dspark_config):
     model = _randomised(DSparkDraftModel(dspark_config)).eval()
     save_drafter(model, tmp_path / "d")

@@ -57,6 +57,34 @@ def test_dspark_loss_is_ce_plus_l1_plus_confidence_chunked_or_not():
     torch.testing.assert_close(without.loss, ((0.1 * ce + 0.9 * l1) * w).sum() / w.sum())
 
 
+@pytest.mark.parametrize("chunk_rows", [None, 3, 7])
+def test_dspark_loss_grouped_by_previous_token_equals_the_packed_one(chunk_rows):
+    """Scoring with `previous` (the Markov bias once per distinct previous token of a chunk, looked up
+    per row) gives the loss and gradients of scoring every row's own packed Markov embedding."""
+    torch.manual_seed(0)
+    hidden = torch.randn(2, 5, 4, 6, dtype=torch.float64, requires_grad=True)
+    head = torch.randn(6, 13, dtype=torch.float64)
+    w1 = torch.randn(13, 3, dtype=torch.float64, requires_grad=True)
+    w2 = torch.randn(3, 13, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 13, (2, 5, 4))
+    previous = torch.randint(0, 4, (2, 5, 4))  # few distinct tokens: rows share them, as overlapping blocks do
+    mask = (torch.rand(2, 5, 4) > 0.3).double()
+    weights = torch.exp(-torch.arange(4.0) / 3).double()
+    calls = []
+
+    def grouped_score(rows, tokens, inverse):
+        calls.append((rows.shape[0], tokens.shape[0]))
+        return rows @ head + (w1[tokens] @ w2)[inverse]
+
+    packed = dspark_loss_from_hidden(torch.cat([hidden, w1[previous]], -1), lambda rows: rows[:, :6] @ head + rows[:, 6:] @ w2,
+                                     labels, mask, weights, chunk_rows=chunk_rows)  # fmt: skip
+    grouped = dspark_loss_from_hidden(hidden, grouped_score, labels, mask, weights, chunk_rows=chunk_rows, previous=previous)
+    torch.testing.assert_close(grouped.loss, packed.loss)
+    for ours, theirs in zip(torch.autograd.grad(grouped.loss, (hidden, w1, w2)), torch.autograd.grad(packed.loss, (hidden, w1, w2))):
+        torch.testing.assert_close(ours, theirs)
+    assert sum(rows for rows, _ in calls) >= int(mask.sum()) and all(tokens <= min(rows, 4) for rows, tokens in calls)
+
+
 def test_dspark_online_equals_offline_and_every_head_learns(regenerated, tiny_target_dir, tmp_path):
     features_dir = tmp_path / "features"
     extract_features(tiny_target_dir, regenerated, features_dir, dtype="float32", samples_per_shard=12, progress=False)

@@ -20,6 +20,7 @@ Weight names are those `Qwen3DSparkForCausalLM.load_weights` maps: `markov_head.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from draftsmith.model.config import DSPARK_ARCHITECTURE, DFlashConfig, as_dflash_config
@@ -27,9 +28,10 @@ from draftsmith.model.drafter import DFlashDraftModel
 
 # The Markov head is a low-rank bigram table over the vocabulary, so what its rank buys depends on
 # the vocabulary and the data, not on the drafter's width. Measured on the tiny target (vocab 1,026,
-# bench_recipes.py, 3 seeds): held-out tau 1.918 at r 16, 2.669 at r 256 (DFlash: 2.343); its cost is
-# r/hidden of the LM head per scored row (SmolLM2, hidden 576: forward+backward 1.53x a DFlash step at
-# r 256, 1.15x at r 64). tau is what a user keeps: 256 unless asked, as the field trains it.
+# bench_recipes.py, 3 seeds): held-out tau 1.918 at r 16, 2.669 at r 256 (DFlash: 2.343). Its cost is
+# r/hidden of the LM head per distinct previous token of a scored chunk (`markov_logits_shared`); at
+# train's defaults blocks overlap and share most of them (README "DSpark", bench_dspark_step.py).
+# tau is what a user keeps: 256 unless asked, as the field trains it.
 DEFAULT_MARKOV_RANK = 256
 
 
@@ -96,6 +98,17 @@ class DSparkDraftModel(DFlashDraftModel):
     def markov_logits(self, base_logits: torch.Tensor, markov_embed: torch.Tensor) -> torch.Tensor:
         """Base logits plus the transition bias of the previous token (its Markov embedding)."""
         return base_logits + self.markov_head.bias(markov_embed.to(self.markov_head.markov_w2.weight.dtype)).to(base_logits.dtype)
+
+    def markov_logits_shared(self, base_logits: torch.Tensor, markov_embeds: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
+        """`markov_logits` of rows whose Markov embeddings are `markov_embeds[inverse]` (one per distinct
+        previous token): when rows share tokens (overlapping blocks do) the bias is computed once per
+        token, saving the r x V products of the others; with few shared, the lookup would cost more than
+        it saves (a pass over the rows' logits each way) and each row gets its own bias."""
+        # Lookups, not indexed adds: their backward sums each token's rows deterministically on CUDA too.
+        if 2 * markov_embeds.shape[0] > inverse.shape[0]:
+            return self.markov_logits(base_logits, F.embedding(inverse, markov_embeds))
+        bias = self.markov_head.bias(markov_embeds.to(self.markov_head.markov_w2.weight.dtype))
+        return base_logits + F.embedding(inverse, bias).to(base_logits.dtype)
 
     def confidence(self, hidden: torch.Tensor, markov_embed: torch.Tensor) -> torch.Tensor | None:
         """Acceptance logits (apply sigmoid for the probability vLLM's `compute_confidence` returns)."""

@@ -264,36 +264,51 @@ def dflash_loss_from_hidden(
     return _weighted_loss(ce.view(labels.shape), hit.view(labels.shape), label_mask, weights, denominator)
 
 
-def _score_rows(rows: torch.Tensor, row_labels: torch.Tensor, score) -> tuple[torch.Tensor, torch.Tensor]:
+def _score_rows(rows: torch.Tensor, row_labels: torch.Tensor, score, *groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """fp32 cross-entropy and greedy hits of one chunk of rows; its logits die with the call."""
-    logits = score(rows)
+    logits = score(rows, *groups)
     ce = F.cross_entropy(logits.float(), row_labels, reduction="none")
     hit = (logits.detach().argmax(-1) == row_labels).float()
     return ce, hit
 
 
+def _key_groups(keys: torch.Tensor | None, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """(the distinct keys, each row's index among them) on `device`, or () without keys; computed
+    where `keys` lie (the host, in training: no device wait)."""
+    if keys is None:
+        return ()
+    distinct, inverse = torch.unique(keys, return_inverse=True)
+    return distinct.to(device, non_blocking=True), inverse.to(device, non_blocking=True)
+
+
 def chunked_cross_entropy(
-    rows: torch.Tensor, row_labels: torch.Tensor, score, chunk_rows: int | None = DEFAULT_CHUNK_ROWS
+    rows: torch.Tensor, row_labels: torch.Tensor, score, chunk_rows: int | None = DEFAULT_CHUNK_ROWS,
+    row_keys: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row CE [M] (differentiable) and greedy hits [M] of `score(rows)` against `row_labels`.
 
     Each chunk runs under `torch.utils.checkpoint`: forward keeps only the chunk's inputs, and
     backward recomputes the chunk's logits (same autocast state) to form their gradient, one chunk at
     a time. The values and gradients equal the one-pass computation.
+
+    `row_keys` [M] (integers, best on the host): each chunk is scored as `score(rows, distinct, inverse)`,
+    its rows' distinct keys and each row's index among them, so that a term that depends on the key
+    alone is computed once per distinct key of the chunk (DSpark's Markov bias: once per previous token).
     """
     from torch.utils.checkpoint import checkpoint
 
     if chunk_rows is not None and chunk_rows < 1:
         raise ValueError("chunk_rows must be at least 1")
     if chunk_rows is None or rows.shape[0] <= chunk_rows:
-        return _score_rows(rows, row_labels, score)
+        return _score_rows(rows, row_labels, score, *_key_groups(row_keys, rows.device))
     pieces = []
     for start in range(0, rows.shape[0], chunk_rows):
         chunk, chunk_labels = rows[start : start + chunk_rows], row_labels[start : start + chunk_rows]
+        groups = _key_groups(None if row_keys is None else row_keys[start : start + chunk_rows], rows.device)
         if torch.is_grad_enabled() and chunk.requires_grad:
-            pieces.append(checkpoint(_score_rows, chunk, chunk_labels, score, use_reentrant=False))
+            pieces.append(checkpoint(_score_rows, chunk, chunk_labels, score, *groups, use_reentrant=False))
         else:
-            pieces.append(_score_rows(chunk, chunk_labels, score))
+            pieces.append(_score_rows(chunk, chunk_labels, score, *groups))
     return torch.cat([ce for ce, _ in pieces]), torch.cat([hit for _, hit in pieces])
 
 
@@ -319,13 +334,17 @@ def dspark_loss_from_hidden(
     ce_weight: float = DSPARK_CE_WEIGHT,
     tv_weight: float = DSPARK_TV_WEIGHT,
     confidence_weight: float = DSPARK_CONFIDENCE_WEIGHT,
+    previous: torch.Tensor | None = None,
 ) -> LossOutput:
     """The DSpark loss over B predictions per block: rows_input [..., B, D], labels/label_mask [..., B],
     weights [B] or a `PositionWeighting` (with `denominator` as in `dflash_loss_from_hidden`), confidence_logits [..., B] (None without a confidence head).
 
-    `score` maps rows [M, D] to Markov-corrected logits [M, V] (the caller packs each row's hidden
-    state and its previous token's Markov embedding into D). Rows are scored as in
-    `dflash_loss_from_hidden` (only unmasked ones, in checkpointed chunks).
+    `score` maps rows [M, D] to Markov-corrected logits [M, V]. With `previous` [..., B] (each
+    prediction's previous token, best on the host) it is called as `score(rows, tokens, inverse)`: the
+    distinct previous tokens of the chunk and each row's index among them, so the bias is computed once
+    per distinct token (overlapping blocks share most of theirs); without it the caller packs each
+    row's Markov embedding into D. Rows are scored as in `dflash_loss_from_hidden` (only unmasked ones,
+    in checkpointed chunks).
 
     The target distribution is the label's one-hot: the target's greedy (temperature-0) distribution
     on target-regenerated data, which needs no stored target logits and keeps online training equal
@@ -335,9 +354,12 @@ def dspark_loss_from_hidden(
     """
     if keep is None:
         keep = torch.nonzero(label_mask.reshape(-1) > 0).squeeze(1)
+    # Selected where `previous` lies (the host batch and its host `keep`, in training: no device wait).
+    row_previous = None if previous is None else previous.reshape(-1).index_select(0, keep.to(previous.device))
     keep = keep.to(rows_input.device, non_blocking=True)
     rows = rows_input.reshape(-1, rows_input.shape[-1]).index_select(0, keep)
-    ce_selected, hit_selected = chunked_cross_entropy(rows, labels.reshape(-1).index_select(0, keep), score, chunk_rows)
+    ce_selected, hit_selected = chunked_cross_entropy(rows, labels.reshape(-1).index_select(0, keep), score, chunk_rows,
+                                                      row_keys=row_previous)  # fmt: skip
     ce = torch.zeros(labels.numel(), dtype=ce_selected.dtype, device=ce_selected.device).index_put((keep,), ce_selected)
     with torch.no_grad():
         hit = torch.zeros(labels.numel(), dtype=torch.float32, device=labels.device).index_put((keep,), hit_selected)

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from draftsmith.core.config import cpu_multiplies_bf16_natively, torch_dtype
 from draftsmith.core.errors import InputError
@@ -290,23 +291,25 @@ class DrafterTrainer:
         """DSpark's loss of hidden [S, N, B, H]: position k scored with the Markov bias of the true
         token before its label (the anchor for k = 0: teacher forcing), plus the confidence head."""
         device = self.device
-        labels = batch.labels.to(device, non_blocking=True)
-        anchors = batch.noise_ids.view(*batch.anchors.shape, -1)[:, :, :1].to(device, non_blocking=True)
-        previous = torch.cat([anchors, labels[:, :, :-1]], dim=-1)
+        anchors = batch.noise_ids.view(*batch.anchors.shape, -1)[:, :, :1]
+        previous = torch.cat([anchors, batch.labels[:, :, :-1]], dim=-1)
+        # The micro-batch's distinct previous tokens, found on the host (no device wait), are looked up
+        # once: each scored chunk computes its Markov bias once per token it holds (`markov_logits_shared`).
+        tokens, token_index = torch.unique(previous, return_inverse=True)
         inner = self.drafter
-        markov = inner.markov_embed(previous)
-        width = hidden.shape[-1]
+        table = inner.markov_embed(tokens.to(device, non_blocking=True))
+        token_index_on_device = token_index.to(device, non_blocking=True)
 
-        def score(rows: torch.Tensor) -> torch.Tensor:
-            base = inner.compute_logits(rows[:, :width], self.lm_head)
-            return inner.markov_logits(base, rows[:, width:])
+        def score(rows: torch.Tensor, chunk_tokens: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
+            base = inner.compute_logits(rows, self.lm_head)
+            return inner.markov_logits_shared(base, F.embedding(chunk_tokens, table), inverse)
 
         return dspark_loss_from_hidden(
-            torch.cat([hidden, markov.to(hidden.dtype)], dim=-1), score, labels,
+            hidden, score, batch.labels.to(device, non_blocking=True),
             batch.label_mask.to(device, non_blocking=True), self.weighting,
-            confidence_logits=inner.confidence(hidden, markov),
+            confidence_logits=inner.confidence(hidden, F.embedding(token_index_on_device, table)),
             keep=torch.nonzero(batch.label_mask.reshape(-1) > 0).squeeze(1),
-            denominator=denominator,
+            denominator=denominator, previous=token_index,
         )  # fmt: skip
 
 
