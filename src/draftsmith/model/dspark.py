@@ -108,7 +108,9 @@ class DSparkDraftModel(DFlashDraftModel):
         if 2 * markov_embeds.shape[0] > inverse.shape[0]:
             return self.markov_logits(base_logits, F.embedding(inverse, markov_embeds))
         bias = self.markov_head.bias(markov_embeds.to(self.markov_head.markov_w2.weight.dtype))
-        return base_logits + F.embedding(inverse, bias).to(base_logits.dtype)
+        # Summed into the looked-up rows (a fresh tensor that nothing saves for backward): one rows x V
+        # tensor fewer to allocate, which on the CPU costs about what the pass itself does.
+        return F.embedding(inverse, bias).to(base_logits.dtype).add_(base_logits)
 
     def confidence(self, hidden: torch.Tensor, markov_embed: torch.Tensor) -> torch.Tensor | None:
         """Acceptance logits (apply sigmoid for the probability vLLM's `compute_confidence` returns)."""
