@@ -340,7 +340,7 @@ def dspark_loss_from_hidden(
     weights [B] or a `PositionWeighting` (with `denominator` as in `dflash_loss_from_hidden`), confidence_logits [..., B] (None without a confidence head).
 
     `score` maps rows [M, D] to Markov-corrected logits [M, V]. With `previous` [..., B] (each
-    prediction's previous token, best on the host) it is called as `score(rows, tokens, inverse)`: the
+    prediction's previous token, or any one-to-one relabelling of it; best on the host) it is called as `score(rows, tokens, inverse)`: the
     distinct previous tokens of the chunk and each row's index among them, so the bias is computed once
     per distinct token (overlapping blocks share most of theirs); without it the caller packs each
     row's Markov embedding into D. Rows are scored as in `dflash_loss_from_hidden` (only unmasked ones,
