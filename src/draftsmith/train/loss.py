@@ -253,15 +253,29 @@ def dflash_loss_from_hidden(
     caller has them on the host already: the trainer takes them from the CPU batch, so selecting
     the rows never waits on the device. Without it they are computed here (a sync on a GPU).
     """
+    ce, hit = _kept_cross_entropy(hidden, score, labels, label_mask, chunk_rows, keep)
+    return _weighted_loss(ce, hit, label_mask, weights, denominator)
+
+
+def _kept_cross_entropy(
+    rows_input: torch.Tensor, score, labels: torch.Tensor, label_mask: torch.Tensor, chunk_rows: int | None,
+    keep: torch.Tensor | None, row_keys: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """CE (differentiable) and greedy hits, both shaped like `labels`, of the unmasked predictions of
+    rows_input [..., D] scored by `chunked_cross_entropy` (zeros elsewhere). `keep` and `row_keys`
+    ([...] like `labels`) as in `dflash_loss_from_hidden` and `dspark_loss_from_hidden`."""
     if keep is None:
         keep = torch.nonzero(label_mask.reshape(-1) > 0).squeeze(1)
-    keep = keep.to(hidden.device, non_blocking=True)
-    rows = hidden.reshape(-1, hidden.shape[-1]).index_select(0, keep)
-    ce_selected, hit_selected = chunked_cross_entropy(rows, labels.reshape(-1).index_select(0, keep), score, chunk_rows)
+    # Selected where the keys lie (the host batch and its host `keep`, in training: no device wait).
+    kept_keys = None if row_keys is None else row_keys.reshape(-1).index_select(0, keep.to(row_keys.device))
+    keep = keep.to(rows_input.device, non_blocking=True)
+    rows = rows_input.reshape(-1, rows_input.shape[-1]).index_select(0, keep)
+    ce_selected, hit_selected = chunked_cross_entropy(rows, labels.reshape(-1).index_select(0, keep), score, chunk_rows,
+                                                      row_keys=kept_keys)  # fmt: skip
     ce = torch.zeros(labels.numel(), dtype=ce_selected.dtype, device=ce_selected.device).index_put((keep,), ce_selected)
     with torch.no_grad():
         hit = torch.zeros(labels.numel(), dtype=torch.float32, device=labels.device).index_put((keep,), hit_selected)
-    return _weighted_loss(ce.view(labels.shape), hit.view(labels.shape), label_mask, weights, denominator)
+    return ce.view(labels.shape), hit.view(labels.shape)
 
 
 def _score_rows(rows: torch.Tensor, row_labels: torch.Tensor, score, *groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -352,20 +366,9 @@ def dspark_loss_from_hidden(
     the confidence head learns is p_draft(label) = exp(-CE).
     `LossOutput.weighted_ce_sum` / `weight_sum` keep the CE part alone, comparable with DFlash's.
     """
-    if keep is None:
-        keep = torch.nonzero(label_mask.reshape(-1) > 0).squeeze(1)
-    # Selected where `previous` lies (the host batch and its host `keep`, in training: no device wait).
-    row_previous = None if previous is None else previous.reshape(-1).index_select(0, keep.to(previous.device))
-    keep = keep.to(rows_input.device, non_blocking=True)
-    rows = rows_input.reshape(-1, rows_input.shape[-1]).index_select(0, keep)
-    ce_selected, hit_selected = chunked_cross_entropy(rows, labels.reshape(-1).index_select(0, keep), score, chunk_rows,
-                                                      row_keys=row_previous)  # fmt: skip
-    ce = torch.zeros(labels.numel(), dtype=ce_selected.dtype, device=ce_selected.device).index_put((keep,), ce_selected)
-    with torch.no_grad():
-        hit = torch.zeros(labels.numel(), dtype=torch.float32, device=labels.device).index_put((keep,), hit_selected)
+    ce, hit = _kept_cross_entropy(rows_input, score, labels, label_mask, chunk_rows, keep, row_keys=previous)
     weighting = _as_weighting(weights)
-    ce = ce.view(labels.shape)
-    output = _weighted_loss(ce, hit.view(labels.shape), label_mask, weighting, denominator)
+    output = _weighted_loss(ce, hit, label_mask, weighting, denominator)
     # Every term is normalised as the CE term is: by sum(w), or by the step's blocks (global weighting).
     full_weights = weighting.weights(ce, label_mask)
     if weighting.global_denominator:
