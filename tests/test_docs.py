@@ -122,3 +122,66 @@ def test_mkdocs_build_strict(tmp_path):
     assert "--num-anchors" in (site / "reference" / "cli" / "plan-train" / "index.html").read_text()
     llms = (site / "llms.txt").read_text()
     assert "getting-started" in llms and "reference/cli/train" in llms
+
+
+def command_lines(text: str) -> list[str]:
+    """Each `draftsmith ...` command line in a page's code blocks, continuation lines joined."""
+    lines, inside, pending = [], False, ""
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            inside, pending = not inside, ""
+            continue
+        if not inside:
+            continue
+        line = pending + line.split("  #")[0].split(" # ")[0]
+        if line.rstrip().endswith("\\"):
+            pending = line.rstrip()[:-1] + " "
+            continue
+        pending = ""
+        words = line.replace("$ ", "", 1).split()
+        if "draftsmith" in words:
+            lines.append(" ".join(words[words.index("draftsmith"):]))
+    return lines
+
+
+def test_every_flag_a_page_shows_in_a_command_exists():
+    # A page's example is copied into shells: a flag the command does not have would fail there.
+    hook = load_hook()
+    commands = {path: command for path, command, _context in hook.walk()}
+    checked = 0
+    for page in user_docs():
+        for line in command_lines(page.read_text()):
+            words = line.split()[1:]
+            path = ()
+            while words and (*path, words[0]) in commands:
+                path, words = (*path, words[0]), words[1:]
+            if not path:
+                continue
+            flags = {"--help"} | {name for param in commands[path].params for name in (*param.opts, *param.secondary_opts)}
+            for word in words:
+                flag = word.split("=")[0].strip("'\"")
+                if flag.startswith("--") and flag not in flags:
+                    pytest.fail(f"{page.relative_to(ROOT)}: `{line}`: `draftsmith {' '.join(path)}` has no {flag}")
+            checked += 1
+    assert checked > 50
+def user_docs() -> list[Path]:
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+
+
+def test_user_docs_carry_no_issue_numbers_of_this_project():
+    # Development history belongs in the tracker; a peer's bug cited by its repository stays.
+    pattern = re.compile(r"\((?:issue \d+|item \d+)|\bissue \d+ item \d+|the issue asks", re.IGNORECASE)
+    found = [f"{page.relative_to(ROOT)}:{number}: {line.strip()}" for page in user_docs()
+             for number, line in enumerate(page.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not found, "\n".join(found)
+
+
+def test_readme_stays_short_and_its_links_into_the_docs_resolve():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200
+    links = re.findall(r"\]\((docs/[^)#\s]+)", readme)
+    assert links, "the README maps the docs"
+    for link in links:
+        assert (ROOT / link).is_file(), f"README links to {link}, which does not exist"
+
+
