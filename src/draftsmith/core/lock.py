@@ -301,6 +301,18 @@ class DirectoryLock:
 
 
 @contextlib.contextmanager
+def waiting_lock(path: str | Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file `path`, waiting while another process holds it: one builder
+    of a shared cache entry at a time, the others then find it built instead of building it again."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+@contextlib.contextmanager
 def lock_directory(directory: str | Path, what: str = "draftsmith", **options) -> Iterator[DirectoryLock]:
     """``with lock_directory(out, "generate"):`` -- hold ``out`` exclusively for the block."""
     lock = DirectoryLock(directory, what, **options)

@@ -160,16 +160,27 @@ def build_tiny_target(
 
     With no `out_dir` the build goes to the cache (`$DRAFTSMITH_CACHE` or ~/.cache/draftsmith) keyed
     by the spec, and a finished build there is reused. The directory appears atomically: a
-    half-written build is never mistaken for a finished one.
+    half-written build is never mistaken for a finished one, and builders started together build once.
     """
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
     spec = spec or TinyTargetSpec()
     target = Path(out_dir) if out_dir else default_cache_dir() / "tiny-target" / spec.cache_key()
     if (target / "draftsmith_tiny.json").exists() and not force:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    from draftsmith.core.lock import waiting_lock
+
+    # Test sessions and the demo started together would each train the same model (minutes of CPU
+    # apiece, on a shared machine many times over): the first builds, the rest wait and reuse it.
+    with waiting_lock(target.parent / f".{target.name}.build.lock"):
+        if (target / "draftsmith_tiny.json").exists() and not force:
+            return target
+        return _build(target, spec, log)
+
+
+def _build(target: Path, spec: TinyTargetSpec, log: Callable[[str], None]) -> Path:
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
     staging = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
     try:
         torch.manual_seed(spec.seed)
