@@ -27,7 +27,7 @@ RANK = {
     "data": 1,
     "client": 2, "model": 2, "tiny": 2, "models": 2,
     **{stage: 3 for stage in STAGES},
-    "cli": 4, "demo": 4, "gates": 4, "engines": 4, "__main__": 4, "__init__": 4,
+    "cli": 4, "demo": 4, "gates": 4, "datacurve": 4, "engines": 4, "__main__": 4, "__init__": 4,
 }
 
 

@@ -71,6 +71,10 @@ STAGE_HOOKS = {"tokenize": {"gate": audit_tokenized_output}, "check": {"overfit"
 for _stage in STAGE_MODULES:
     importlib.import_module(f"draftsmith.{_stage}.cli").register(app, **STAGE_HOOKS.get(_stage, {}))
 
+# `plan data` trains and evaluates, so it composes stages and cannot live in the plan stage itself.
+importlib.import_module("draftsmith.datacurve.cli").register(
+    next(group.typer_instance for group in app.registered_groups if group.name == "plan"))
+
 
 def _resume_command(argv: list[str] | None) -> str:
     """The command line that continues this run after a failure: the same one, plus `--resume` for
