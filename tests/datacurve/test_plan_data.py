@@ -40,9 +40,9 @@ def _plan_data(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=900)
 
 
-def _recipe(target: Path, data: Path, held_out: Path, out: Path) -> list[str]:
+def _recipe(target: Path, data: Path, held_out: Path, out: Path, sizes: str = "8,16,32") -> list[str]:
     return ["--target", str(target), "--data", str(data), "--eval-prompts", str(held_out), "--out", str(out),
-            "--sizes", "8,16,32", "--epochs", "2", "--draft-layers", "1", "--block-size", "4", "--lr", "3e-3",
+            "--sizes", sizes, "--epochs", "2", "--draft-layers", "1", "--block-size", "4", "--lr", "3e-3",
             "--num-anchors", "16", "--max-length", "256", "--eval-max-new-tokens", "24", "--data-workers", "0",
             "--bootstrap", "40", "--samples", "914k", "--target-tau", "1.5", "--per-gpu", "400 tok/s", "--gpus", "4"]
 
@@ -82,17 +82,18 @@ def test_plan_data_measures_fits_and_plans_and_a_rerun_reuses_every_subset(curve
     assert "914,000" in again.stdout and "extrapolation rule" in again.stdout
 
 
-@pytest.mark.parametrize("change, message", [
-    (["--sizes", "16,8"], "strictly increasing"),
-    (["--sizes", "8,64"], "more than the data holds"),
-    (["--sizes", "1,8", "--batch-size", "2"], "smaller than one optimizer step"),
-    (["--target-tau", "5"], "above what a block of 4 can reach"),
-    (["--max-steps", "10"], "--max-steps is not a curve setting"),
+@pytest.mark.parametrize("sizes, change, message", [
+    ("16,8", [], "strictly increasing"),
+    ("8,8", [], "strictly increasing"),
+    ("8,64", [], "more than the data holds"),
+    ("1,8", ["--batch-size", "2"], "smaller than one optimizer step"),
+    ("8,16", ["--target-tau", "5"], "above what a block of 4 can reach"),
+    ("8,16", ["--max-steps", "10"], "--max-steps is not a curve setting"),
 ])
-def test_bad_curve_settings_are_one_line_and_exit_2_before_any_training(curve_inputs, tiny_target_dir, change, message):
+def test_bad_curve_settings_are_one_line_and_exit_2_before_any_training(curve_inputs, tiny_target_dir, sizes, change, message):
     root, data, held_out = curve_inputs
-    out = root / f"bad-{abs(hash(tuple(change)))}"
-    result = _plan_data([*_recipe(tiny_target_dir, data, held_out, out), *change], root)
+    out = root / f"bad-{abs(hash((sizes, *change)))}"
+    result = _plan_data([*_recipe(tiny_target_dir, data, held_out, out, sizes), *change], root)
     assert result.returncode == 2, result.stderr[-2000:]
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not (out / "runs").exists()

@@ -346,6 +346,7 @@ def summarize(config: DataCurveConfig, available: int, mean_tokens: tuple[float,
     if planned:
         wanted.append(("planned (--samples)", planned))
     if config.target_tau is not None:
+        summary.target_tau = config.target_tau
         reach = smallest_size_reaching(fit, config.target_tau)
         summary.target_reached_at = reach
         if reach is not None:

@@ -72,6 +72,7 @@ class DataCurveSummary:
     fit: dict[str, Any] | None = None
     plan: list[PlanRow] = field(default_factory=list)
     curve_points: list[dict[str, Any]] = field(default_factory=list)
+    target_tau: float | None = None
     target_reached_at: int | None = None
     smoke: SmokeVerdict | None = None
     note: str | None = None
@@ -114,17 +115,26 @@ class DataCurveSummary:
                 table.add_column(column, justify="right")
             for row in self.plan:
                 regen = "-" if row.regeneration_days is None else (
-                    f"{row.regeneration_days:,.1f} days" + (f" on {row.regeneration_gpus}" if row.regeneration_gpus else ""))
-                hours = "-" if row.train_gpu_hours is None else f"{row.train_gpu_hours:,.1f}"
+                    _duration(row.regeneration_days) + (f" on {row.regeneration_gpus} GPUs" if row.regeneration_gpus else ""))
+                hours = "-" if row.train_gpu_hours is None else f"{row.train_gpu_hours:,.3g}"
                 note = "" if not row.extrapolated else (
                     f"extrapolated x{row.n / max(self.sizes):,.1f}" + ("" if row.supported else ": beyond what the fit supports"))
                 table.add_row(row.label, f"{row.n:,}", f"{row.tau:.2f}", f"{row.low:.2f}-{row.high:.2f}",
                               "-" if row.measured is None else f"{row.measured:.2f}", regen, hours, note)
             console.print(table)
+            if self.target_tau is not None and self.target_reached_at is None:
+                console.print(f"--target-tau {self.target_tau:g}: not reached at any size by the fitted curve (plateau "
+                              f"{self.fit['plateau']:.2f}): more of this data will not get there; change the recipe or the data")
             console.print(f"extrapolation rule: sizes measured over a x{max(self.sizes) / min(self.sizes):,.0f} span support "
                           f"predictions up to {self.support_limit:,.0f} samples (as many doublings past the largest as measured)")
         if self.plot_file:
             console.print(f"plot: {self.plot_file}")
+
+
+def _duration(days: float) -> str:
+    if days >= 1:
+        return f"{days:,.1f} days"
+    return f"{days * 24:.1f} h" if days * 24 >= 1 else f"{days * 1440:.1f} min"
 
 
 def write_plot(summary: DataCurveSummary, path: Path) -> Path:
@@ -143,8 +153,8 @@ def write_plot(summary: DataCurveSummary, path: Path) -> Path:
         axes.axvline(summary.support_limit, linestyle=":", color="grey", label="extrapolation limit")
     for row in summary.rows:
         axes.scatter([row.size] * len(row.tau), row.tau, color="black", zorder=3)
-    for name, value in summary.baselines.items():
-        axes.axhline(value, linestyle="--", linewidth=1, label=f"{name} (tau {value:.2f})")
+    for color, (name, value) in zip(("C2", "C3", "C4"), summary.baselines.items()):
+        axes.axhline(value, linestyle="--", linewidth=1, color=color, label=f"{name} (tau {value:.2f})")
     axes.set_xscale("log")
     axes.set_xlabel("training samples")
     axes.set_ylabel("held-out tau")
