@@ -27,7 +27,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from draftsmith.core.config import cli
+from draftsmith.core.config import Threads, cli
 from draftsmith.core.errors import InputError
 from draftsmith.core.io import dumps_json, write_json_atomic
 from draftsmith.plan.gpus import DEVICE_KIND, DEVICE_VERSION, GpuSpec, device_dict, is_device_path, load_device
@@ -53,7 +53,7 @@ class DevicePlanConfig(BaseModel):
     name: Annotated[str | None, cli(metavar="NAME")] = Field(None, description="the entry's name (this host's)")
     step_overhead: Annotated[str | None, cli(metavar="DURATION")] = Field(
         None, description="an engine's fixed cost per decode step measured on this device ('1.6ms')")
-    threads: Annotated[int | None, cli(metavar="N")] = Field(None, ge=1, description="torch CPU threads (torch's choice)")
+    threads: Annotated[Threads | None, cli(metavar="N")] = Field(None, description="torch CPU threads (default: one per CPU the machine's 1-minute load leaves idle, printed; at most 4 per CPU)")
 
 
 _SECONDS = re.compile(r"^\s*(?P<number>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>s|ms|us|µs)\s*$")
