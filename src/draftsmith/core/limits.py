@@ -17,8 +17,6 @@ allocates or spawns until the machine gives out.
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Callable
 
 #: The largest number any setting may hold, whatever its field says: well inside int64 (torch wraps
 #: 2**63 to a negative) and far above any real count, rate or size (a B200's FP4 peak is 9e15 FLOP/s).
@@ -91,19 +89,26 @@ def check_threads(threads: int) -> int:
     return threads
 
 
-def choose_threads(requested: int | None, stage: str, log: Callable[[str], None] | None = None) -> int:
-    """The torch CPU threads of a CPU-heavy stage, set and said: ``requested`` (``--threads``) when
-    given, else `threads_for_load`'s choice, printed on stderr (``draftsmith train: threads: 1 (2
-    CPUs, 1-minute load 3.9: ...)``) so a slow run on a busy machine shows why. Returns the count."""
+def choose_threads(requested: int | None, *, on_cpu: bool = True) -> tuple[int, str | None]:
+    """Set the torch CPU threads of a CPU-heavy stage (train, extract, eval, check, demo, plan device,
+    the overfit gate): ``requested`` (``--threads``) when given, else on the CPU `threads_for_load`'s
+    choice, shared among the processes torchrun starts on this machine. Returns the count and the
+    line the stage says on stderr (``threads: 1 (2 CPUs, 1-minute load 3.9: ...)``) once its inputs
+    are checked (a bad input stays one line); None where torch's default stands (a GPU run)."""
     import torch
 
     if requested is not None:
-        threads, why = check_threads(int(requested)), f"{requested} (--threads)"
-    else:
+        threads, why = check_threads(int(requested)), f"{requested} (as asked, --threads)"
+    elif on_cpu:
         threads, why = threads_for_load()
+        processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        if processes > 1:  # torchrun's ranks on this machine split the idle CPUs
+            threads = max(1, threads // processes)
+            why = f"{threads} per process ({processes} processes here, {why.split(' (', 1)[1]}"
+    else:
+        return torch.get_num_threads(), None
     torch.set_num_threads(threads)
-    (log or (lambda line: print(line, file=sys.stderr, flush=True)))(f"draftsmith {stage}: threads: {why}")
-    return threads
+    return threads, f"threads: {why}"
 
 
 def max_row_bytes(configured: int | None = None) -> int:

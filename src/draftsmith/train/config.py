@@ -127,6 +127,8 @@ class ExtractConfig(BaseModel):
     batch_size: int = Field(8, ge=1)
     samples_per_shard: int | None = Field(None, ge=1, description="samples per shard (default: about 1 GiB per shard)")
     device: str = "auto"
+    threads: Threads | None = Field(None, description="torch CPU threads (default: one per CPU the machine's 1-minute "
+                                    "load leaves idle, printed; at most 4 per CPU)")
     force: bool = Field(False, description="extract even if the estimate exceeds free disk")
     allow_partial: bool = Field(
         False, description="use a tokenized set whose tokenize run is still running or did not finish, as it is; recorded in the manifest"
