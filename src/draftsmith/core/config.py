@@ -514,8 +514,11 @@ def validate_config(model: type, data: Mapping[str, Any], flags: Mapping[str, st
     """`model` from a plain dict (a notebook's, a file's), pydantic's errors made one `InputError`
     line naming each field as its flag (`flags` renames those whose flag is not the field name)."""
 
+    # A field is named as its command-line flag (`num_threads` is `--threads`) where the model has one.
+    named = {option.path[0]: option.flag for option in options_of(model) if len(option.path) == 1} if _is_model(model) else {}
+
     def name_of(loc: tuple) -> str | None:
-        return (flags or {}).get(loc[0]) or f"--{loc[0].replace('_', '-')}" if loc else None
+        return (flags or {}).get(loc[0]) or named.get(loc[0]) or f"--{loc[0].replace('_', '-')}" if loc else None
 
     return _validate_numbers(model, dict(data), name_of)
 
@@ -632,4 +635,5 @@ def config_command(
     command.__annotations__ = {parameter.name: parameter.annotation for parameter in parameters}
     command.__doc__ = help or run.__doc__
     command.__name__ = f"{name.replace('-', '_')}_command"
+    command.config_model = model  # type: ignore[attr-defined]  # which settings a command takes (tests walk them)
     return app.command(name, epilog=epilog)(command)
