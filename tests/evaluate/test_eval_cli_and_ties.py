@@ -138,7 +138,7 @@ def test_cli_eval_device_and_dtype(tiny_target_dir, drafter_dir, prompts_file, c
     data = json.loads(captured.out)
     assert data["dtype"] == "float32" and data["tie_tolerance"] == 0 and data["near_ties"] == 0
     # Without --threads the count chosen from the machine's load is said once, when decoding starts.
-    assert captured.err.count("draftsmith eval: threads ") == 1 and "one per idle CPU" in captured.err, captured.err
+    assert captured.err.count("draftsmith eval: threads: ") == 1 and "one per idle CPU" in captured.err, captured.err
     for device, message in (("tpu", "--device must be auto, cpu, cuda"), ("cuda:0", "sees no cuda device")):
         if device.startswith("cuda") and torch.cuda.is_available():
             continue

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from draftsmith.core.config import cli
+from draftsmith.core.config import SequenceTokens, cli
 
 
 class AuditConfig(BaseModel):
@@ -27,7 +27,7 @@ class AuditConfig(BaseModel):
         False, description="use an input whose writer (generate, tokenize) is still running, as it is now; said on stderr"
     )
     plot: Path | None = Field(None, description="write a PNG histogram of trainable tokens per sample")
-    max_context: int | None = Field(None, ge=1, description="context limit in tokens")
+    max_context: SequenceTokens | None = Field(None, description="context limit in tokens")
     threshold: Annotated[list[str], cli(split=False)] = Field(
         default_factory=list, description="override gates: name=value (share like 0.05 or 5%, or 'none'), comma-separated or repeated"
     )

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from draftsmith.core.config import cli
+from draftsmith.core.config import SequenceTokens, cli
 
 DEFAULT_CONCURRENCIES = (1, 8, 16, 32, 48, 64)
 
@@ -24,7 +24,7 @@ class BenchConfig(BaseModel):
     requests_per_level: Annotated[int | None, cli("--requests")] = Field(
         None, ge=1, description="Requests measured per level; default max(min_requests, 4 * concurrency).")
     min_requests: int = Field(16, ge=1, description="Fewest requests measured per level.")
-    max_tokens: int = Field(2048, ge=1, description="max_tokens of every request.")
+    max_tokens: SequenceTokens = Field(2048, description="max_tokens of every request.")
     temperature: float | None = Field(0.6, ge=0, description="Sampling temperature (none: the server's default).")
     top_p: float | None = Field(0.95, gt=0, le=1, description="Nucleus sampling top_p (none: the server's default).")
     chat_template_kwargs: dict[str, Any] = Field(

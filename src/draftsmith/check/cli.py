@@ -17,13 +17,14 @@ def _check(config: CheckConfig, as_json: bool = False, overfit: Callable[..., di
     sliding window, shapes, block size and template, then logit parity with the reference dflash."""
     from draftsmith.check.runner import check_export
 
-    if config.threads:
-        import torch
+    from draftsmith.core.limits import choose_threads
 
-        torch.set_num_threads(config.threads)
     if config.endpoint and not config.overfit:
         raise InputError("--endpoint is the overfit gate's server; pass --overfit with it")
+    # Parity runs target and drafter on the CPU: threads from the machine's load unless --threads.
+    _, threads_line = choose_threads(config.threads)
     summary = check_export(config)
+    typer.echo(f"check: {threads_line}", err=True)  # after the inputs were read: a bad one stays one line
     if config.overfit:
         if overfit is None:
             raise InputError("--overfit is composed by the draftsmith command line; run it through `draftsmith check`")

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from draftsmith.core.config import cli
+from draftsmith.core.config import SequenceTokens, Threads, cli
 
 Severity = Literal["error", "warning", "note"]
 
@@ -45,11 +45,11 @@ class CheckConfig(BaseModel):
     )
     overfit_samples: int = Field(160, ge=1, description="prompts the overfit gate trains on (the target's own answers)")
     overfit_steps: int = Field(120, ge=1, description="optimizer steps of the overfit gate's training")
-    overfit_max_new_tokens: int = Field(64, ge=8, description="tokens the target generates for each gate prompt")
+    overfit_max_new_tokens: SequenceTokens = Field(64, ge=8, description="tokens the target generates for each gate prompt")
     overfit_train: bool = Field(
         True, description="train the gate's drafter; off: the gate judges the export's own weights (trained on varied data)"
     )
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice)")
+    threads: Threads | None = Field(None, description="torch CPU threads (default: one per CPU the machine's 1-minute load leaves idle, printed; at most 4 per CPU)")
 
 
 class Finding(BaseModel):

@@ -15,6 +15,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from draftsmith.core.errors import InputError
+
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
 _LABEL = re.compile(r'(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<value>(?:[^"\\]|\\.)*)"')
 
@@ -70,8 +72,10 @@ class PositionCounts:
         return [count / self.drafts for count in self.accepted_per_position] if self.drafts > 0 else []
 
 
-def vllm_position_counts(samples: Samples) -> PositionCounts | None:
-    """vLLM's per-position counters summed over engines and label sets; None when it does not speculate."""
+def vllm_position_counts(samples: Samples, max_positions: int | None = None) -> PositionCounts | None:
+    """vLLM's per-position counters summed over engines and label sets; None when it does not speculate.
+    With ``max_positions``, a position label at or past it is an `InputError` (a list as long as the
+    largest label is built: ``position="99999999"`` would take gigabytes)."""
     drafts = _counter(samples, VLLM_DRAFTS)
     if drafts is None:
         return None
@@ -79,6 +83,10 @@ def vllm_position_counts(samples: Samples) -> PositionCounts | None:
     for labels, value in _counter(samples, VLLM_ACCEPTED_PER_POSITION) or []:
         position = labels.get("position")
         if position is not None and position.isdigit():
+            if max_positions is not None and (len(position) > 9 or int(position) >= max_positions):
+                raise InputError(f"{VLLM_ACCEPTED_PER_POSITION} names position {position[:12]}"
+                                 f"{'...' if len(position) > 12 else ''}; no draft block has more than {max_positions} "
+                                 f"positions (0..{max_positions - 1})")
             per_position[int(position)] = per_position.get(int(position), 0.0) + value
     width = max(per_position) + 1 if per_position else 0
     return PositionCounts(sum(value for _, value in drafts), [per_position.get(k, 0.0) for k in range(width)])

@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
-from pydantic import BaseModel, BeforeValidator, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from draftsmith.core.config_file import read_config_file
 from draftsmith.core.errors import InputError
+from draftsmith.core.limits import MAX_BLOCK_SIZE, MAX_SEQUENCE_TOKENS, MAX_SETTING, check_threads
 
 
 def _flags_show_no_value_type() -> None:
@@ -142,6 +143,16 @@ StorageDType = Annotated[
 """A dtype that must be concrete (no ``auto``)."""
 
 
+# ---- bounded numbers (core.limits says why each ceiling is where it is) ---------------------------
+
+Threads = Annotated[int, AfterValidator(check_threads)]
+"""A torch CPU thread count: 1 up to `MAX_THREADS_PER_CPU` per CPU this process may use."""
+BlockSize = Annotated[int, Field(ge=2, le=MAX_BLOCK_SIZE)]
+"""A draft block: the anchor plus at least one drafted token, at most `MAX_BLOCK_SIZE`."""
+SequenceTokens = Annotated[int, Field(ge=1, le=MAX_SEQUENCE_TOKENS)]
+"""A token count of one sequence (a length, a cap on new tokens, a window): at most `MAX_SEQUENCE_TOKENS`."""
+
+
 # ---- reading a model's fields ---------------------------------------------------------------------
 
 
@@ -236,6 +247,10 @@ class Option:
             if self.spec.split:
                 items = [part.strip() if isinstance(part, str) else part
                          for item in items for part in (item.split(",") if isinstance(item, str) else [item])]
+                if "" in items and _is_number_type(_element_type(self.info.annotation)):
+                    # "0.5,,0.2" is a slip, and dropping the gap would move 0.2 to another position
+                    raise InputError(f"{where} {','.join(map(str, items))!r}: item {items.index('') + 1} is empty "
+                                     f"(two commas in a row?)")
                 items = [item for item in items if item != ""]
             return list(items)
         if self.kind == "dict":
@@ -376,8 +391,10 @@ def _validate(model: type, data: dict[str, Any]) -> Any:
 
 # ---- the one number rule ----------------------------------------------------------------------------
 # Every stage's numbers pass here: a NaN or an infinity is never a setting (it would land in
-# manifest.json, and the same command could then never resume), a boolean is not a number
-# (`max_tokens: true` is a typo, not 1), and a sampling temperature is never negative.
+# manifest.json, and the same command could then never resume), nor is a number past MAX_SETTING
+# (torch wraps 2**63 negative; core.limits), a boolean is not a number (`max_tokens: true` is a
+# typo, not 1), and a sampling temperature is never negative. A field's own range (`le=`, the
+# bounded types above) is pydantic's to check, on every path a config is built by.
 
 
 def _members(annotation: Any) -> tuple[Any, ...]:
@@ -423,8 +440,11 @@ def _reject_bools(model: type, data: Mapping[str, Any], name_of: Callable[[tuple
 
 
 def _number_problem(name: str, value: float) -> str | None:
-    if not math.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value):
         return f"must be a finite number (got {value})"
+    if abs(value) > MAX_SETTING:
+        shown = f"{value:.3g}" if isinstance(value, float) or abs(value) < 10**300 else f"a {len(str(abs(value)))}-digit number"
+        return f"{shown} is beyond any setting (at most {MAX_SETTING:.0e})"
     if name.endswith("temperature") and value < 0:
         return f"a temperature must be >= 0 (got {value})"
     return None
@@ -433,7 +453,7 @@ def _number_problem(name: str, value: float) -> str | None:
 def _walk_numbers(value: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], str]]:
     if isinstance(value, bool):
         return
-    if isinstance(value, float):
+    if isinstance(value, (int, float)):
         problem = _number_problem(path[-1] if path else "", value)
         if problem:
             yield path, problem
@@ -494,8 +514,11 @@ def validate_config(model: type, data: Mapping[str, Any], flags: Mapping[str, st
     """`model` from a plain dict (a notebook's, a file's), pydantic's errors made one `InputError`
     line naming each field as its flag (`flags` renames those whose flag is not the field name)."""
 
+    # A field is named as its command-line flag (`num_threads` is `--threads`) where the model has one.
+    named = {option.path[0]: option.flag for option in options_of(model) if len(option.path) == 1} if _is_model(model) else {}
+
     def name_of(loc: tuple) -> str | None:
-        return (flags or {}).get(loc[0]) or f"--{loc[0].replace('_', '-')}" if loc else None
+        return (flags or {}).get(loc[0]) or named.get(loc[0]) or f"--{loc[0].replace('_', '-')}" if loc else None
 
     return _validate_numbers(model, dict(data), name_of)
 
@@ -612,4 +635,5 @@ def config_command(
     command.__annotations__ = {parameter.name: parameter.annotation for parameter in parameters}
     command.__doc__ = help or run.__doc__
     command.__name__ = f"{name.replace('-', '_')}_command"
+    command.config_model = model  # type: ignore[attr-defined]  # which settings a command takes (tests walk them)
     return app.command(name, epilog=epilog)(command)

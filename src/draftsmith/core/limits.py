@@ -1,14 +1,35 @@
-"""Numbers bounded by the work: worker and concurrency counts, and the largest row a reader takes.
+"""Numbers bounded by the work: worker and concurrency counts, the largest row a reader takes, the
+ceilings every setting lives under, and the one thread policy of the CPU stages.
 
 A count a user may type (``--concurrency``, ``--workers``, ``--data-workers``) is an upper bound,
 never a number of things to create: no stage starts more workers than it has items of work (a
 million idle tasks for four prompts exhaust memory before the first request), and CPU-bound work
 gets no more processes than there are CPUs.
+
+Every number a stage takes (a flag, a config-file key, a field of a measurement or device file) is
+finite and below a ceiling: its field's own (``le=``), one of the named ceilings here where the
+machine or the model sets it, and never above `MAX_SETTING` (core.config's number rule). A value
+past them is one line naming the flag or field, before any work: past 2**63 torch wraps an integer
+negative, past about 1e308 a float is infinite, and far below that a block or a thread count
+allocates or spawns until the machine gives out.
 """
 
 from __future__ import annotations
 
 import os
+
+#: The largest number any setting may hold, whatever its field says: well inside int64 (torch wraps
+#: 2**63 to a negative) and far above any real count, rate or size (a B200's FP4 peak is 9e15 FLOP/s).
+MAX_SETTING = 10**18
+#: The longest sequence of tokens anything plans, trains, generates or evaluates: far beyond any
+#: model's context, so a longer one is a typo (and a memory or time sink), never a setting.
+MAX_SEQUENCE_TOKENS = 10**8
+#: The largest draft block: DFlash drafts 16, DSpark 17, engines a few dozen at most; a block
+#: allocates block x vocabulary logits per request, so 10**8 runs out of memory rather than failing.
+MAX_BLOCK_SIZE = 256
+#: `--threads` may ask for at most this many threads per CPU this process may use: past it a
+#: thread pool only oversubscribes the machine, and at about 10**5 torch and pyarrow crash outright.
+MAX_THREADS_PER_CPU = 4
 
 #: The default of every reader's row-size limit: a row (a JSONL line, a JSON-array element, a table
 #: row) over it is counted and skipped, never read whole into memory where that can be avoided.
@@ -51,6 +72,43 @@ def threads_for_load(cpus: int | None = None, load: float | None = None) -> tupl
     threads = max(1, min(cpus, int(cpus - load + 0.5)))
     return threads, (f"{threads} ({cpus} CPUs, 1-minute load {load:.1f}: one per idle CPU; "
                      f"--threads N to choose)")
+
+
+def max_threads() -> int:
+    """The most threads ``--threads`` may ask for here (`MAX_THREADS_PER_CPU` per usable CPU)."""
+    return MAX_THREADS_PER_CPU * usable_cpus()
+
+
+def check_threads(threads: int) -> int:
+    """``threads`` when it is a thread count this machine can run; else a ValueError saying the range
+    (config fields run it as a validator, so the error names the flag)."""
+    ceiling = max_threads()
+    if not 1 <= threads <= ceiling:
+        raise ValueError(f"must be 1..{ceiling} ({MAX_THREADS_PER_CPU} per CPU of the {usable_cpus()} this process "
+                         f"may use), got {threads}")
+    return threads
+
+
+def choose_threads(requested: int | None, *, on_cpu: bool = True) -> tuple[int, str | None]:
+    """Set the torch CPU threads of a CPU-heavy stage (train, extract, eval, check, demo, plan device,
+    the overfit gate): ``requested`` (``--threads``) when given, else on the CPU `threads_for_load`'s
+    choice, shared among the processes torchrun starts on this machine. Returns the count and the
+    line the stage says on stderr (``threads: 1 (2 CPUs, 1-minute load 3.9: ...)``) once its inputs
+    are checked (a bad input stays one line); None where torch's default stands (a GPU run)."""
+    import torch
+
+    if requested is not None:
+        threads, why = check_threads(int(requested)), f"{requested} (as asked, --threads)"
+    elif on_cpu:
+        threads, why = threads_for_load()
+        processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        if processes > 1:  # torchrun's ranks on this machine split the idle CPUs
+            threads = max(1, threads // processes)
+            why = f"{threads} per process ({processes} processes here, {why.split(' (', 1)[1]}"
+    else:
+        return torch.get_num_threads(), None
+    torch.set_num_threads(threads)
+    return threads, f"threads: {why}"
 
 
 def max_row_bytes(configured: int | None = None) -> int:

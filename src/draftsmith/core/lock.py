@@ -321,12 +321,13 @@ def lock_directory(directory: str | Path, what: str = "draftsmith", **options) -
 
 
 @contextlib.contextmanager
-def lock_output_file(path: str | Path, what: str, *, flag: str = "--out", **options) -> Iterator[DirectoryLock]:
+def lock_output_file(path: str | Path, what: str, *, flag: str = "--out", example: str = "bench.json",
+                     **options) -> Iterator[DirectoryLock]:  # fmt: skip
     """Hold one output FILE (``bench.json``) against a second writer, and refuse a path that cannot be
     that file (a directory, a file in place of its folder) before any work is done."""
     path = Path(path)
     if path.is_dir():
-        raise InputError(f"{flag} {path}: is a directory; {flag} names the file to write (e.g. {path / 'bench.json'})")
+        raise InputError(f"{flag} {path}: is a directory; {flag} names the file to write (e.g. {path / example})")
     parent = require_output_dir(path.parent, flag)
     lock = DirectoryLock(parent, what, lock_file=lock_beside(parent / path.name), own=False, **options)
     with lock:

@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from draftsmith.core.config import BlockSize, SequenceTokens, Threads
+
 # The question that motivated draftsmith (README "Why"): 914,000 samples of about 2,500 output tokens.
 SEED_SAMPLES = 914_000
 SEED_OUTPUT_TOKENS = 2_500
@@ -31,19 +33,19 @@ class DemoConfig(BaseModel):
                         "64 prompts x 128 tokens, 150 steps of a 1-layer block-8 drafter, 4 x 64 eval tokens.")
     train_prompts: int = Field(320, ge=8, description="Prompts to regenerate and train on.")
     eval_prompts: int = Field(12, ge=1, description="Held-out prompts for speculative decoding.")
-    max_tokens: int = Field(192, ge=1, description="Output tokens per regenerated sample.")
+    max_tokens: SequenceTokens = Field(192, description="Output tokens per regenerated sample.")
     concurrency: int = Field(16, ge=1, description="Requests in flight while regenerating.")
     # The recipe measured on the tiny target: about 2-3 CPU minutes of training for tau ~3.
-    block_size: int = Field(16, ge=2, description="Drafter block size.")
+    block_size: BlockSize = Field(16, description="Drafter block size.")
     draft_layers: int = Field(1, ge=1, description="Drafter layers.")
     train_steps: int = Field(240, ge=1, description="Drafter optimizer steps.")
     batch_size: int = Field(4, ge=1, description="Training batch size.")
     lr: float = Field(5e-3, gt=0, description="Learning rate.")
-    eval_max_new_tokens: int = Field(128, ge=1, description="Tokens decoded per held-out prompt.")
+    eval_max_new_tokens: SequenceTokens = Field(128, description="Tokens decoded per held-out prompt.")
     train_dtype: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="Training compute dtype: auto is fp32 for the tiny target; for a real one bf16 where "
         "the CPU multiplies bf16 natively (AMX, AVX512-BF16) or on CUDA, else fp32.")
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice).")
+    threads: Threads | None = Field(None, description="Torch CPU threads (default: one per CPU the machine's 1-minute load leaves idle, printed; at most 4 per CPU).")
     seed: int = Field(0, description="Seed of the prompts, the training and the untrained drafter.")
 
     @field_validator("target")

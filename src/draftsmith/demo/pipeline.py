@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from draftsmith.core.errors import DraftsmithError, InputError
 from draftsmith.core.io import refuse_replaced_link, write_json_atomic
+from draftsmith.core.limits import choose_threads
 from draftsmith.core.lock import claim_directory, lock_directory
 from draftsmith.demo.config import SEED_OUTPUT_TOKENS, SEED_SAMPLES, DemoConfig, DemoResult
 
@@ -132,7 +133,7 @@ def plan_seed_question(tokens_per_s: float) -> float:
     return plan.to_dict()["wall_time"]["days"]
 
 
-def _train(config: DemoConfig, target: Path, tokenized: Path, work: Path, log) -> Any:
+def _train(config: DemoConfig, target: Path, tokenized: Path, work: Path, log, threads: int | None = None) -> Any:
     import torch
 
     from draftsmith.train import TrainConfig, train_drafter
@@ -141,7 +142,7 @@ def _train(config: DemoConfig, target: Path, tokenized: Path, work: Path, log) -
         TrainConfig(target=target, data=tokenized, out=work / "train", block_size=config.block_size,
                     num_draft_layers=config.draft_layers, max_steps=config.train_steps, epochs=1000,
                     batch_size=config.batch_size, lr=config.lr, seed=config.seed, progress=False,
-                    log_every=max(1, config.train_steps // 6), num_threads=config.threads,
+                    log_every=max(1, config.train_steps // 6), num_threads=threads or config.threads,
                     dtype=config.resolved_train_dtype(cuda=torch.cuda.is_available()))
     )
     log(f"[demo] train: loss {result.first_loss:.3f} -> {result.final_loss:.3f} in {result.steps} steps")
@@ -179,12 +180,11 @@ def run_demo(config: DemoConfig | None = None, log: Callable[[str], None] = prin
 
 
 def _run_stages(config: DemoConfig, work: Path, log: Callable[[str], None]) -> DemoResult:
-    import torch
-
     from draftsmith.export.exporter import export_drafter
 
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    # Every stage here runs in this process: one choice (from the machine's load unless --threads).
+    threads, threads_line = choose_threads(config.threads)
+    log(f"[demo] {threads_line}")
     timings: dict[str, float] = {}
     if config.target == TINY:
         from draftsmith.tiny import build_tiny_target
@@ -207,7 +207,7 @@ def _run_stages(config: DemoConfig, work: Path, log: Callable[[str], None]) -> D
         log(f"[demo] plan: {SEED_SAMPLES:,} samples x {SEED_OUTPUT_TOKENS:,} output tokens at this per-GPU rate "
             f"({summary.output_tokens_per_s:,.0f} tok/s) would take {plan_days:,.1f} GPU-days")
     with _stage("train the DFlash drafter (online)", timings, log):
-        result = _train(config, target, tokenized, work, log)
+        result = _train(config, target, tokenized, work, log, threads)
     with _stage("eval: speculative decoding, trained vs untrained drafter", timings, log):
         reports = _evaluate(config, target, result.drafter_dir, eval_file, log)
     with _stage("export", timings, log):

@@ -21,22 +21,16 @@ def run_eval(config: EvalConfig, progress=None, on_tokens=None):
             seed=config.seed if config.temperature > 0 else None, limit=config.limit,
             enable_thinking=config.thinking, progress=progress, split=config.split,
         )
-    import torch
-
     from draftsmith.core.config import torch_dtype
-    from draftsmith.core.limits import threads_for_load
+    from draftsmith.core.limits import choose_threads
     from draftsmith.evaluate.speculative import evaluate_drafter
 
     device = resolve_device(config.device)
-    if device == "cpu":
-        # torch's own default, every core, ran about 10x slower on a loaded 2-core machine: one thread
-        # per CPU the load leaves idle, and why.
-        threads, why = (config.threads, None) if config.threads else threads_for_load()
-        torch.set_num_threads(threads)
-        if why is not None:  # said once decoding starts: a bad input before it stays one line
-            on_tokens = _say_first(f"draftsmith eval: threads {why}", on_tokens)
-    elif config.threads is not None:
-        torch.set_num_threads(config.threads)
+    # torch's own default, every core, ran about 10x slower on a loaded 2-core machine: on the CPU one
+    # thread per CPU the load leaves idle, and why.
+    _, threads_line = choose_threads(config.threads, on_cpu=device == "cpu")
+    if threads_line is not None:  # said once decoding starts: a bad input before it stays one line
+        on_tokens = _say_first(f"draftsmith eval: {threads_line}", on_tokens)
     return evaluate_drafter(
         config.target, config.drafter, config.prompts, max_new_tokens=config.max_new_tokens,
         block_size=config.block_size, limit=config.limit, enable_thinking=config.thinking,

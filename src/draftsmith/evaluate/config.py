@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from draftsmith.core.config import StorageDType, cli
+from draftsmith.core.config import BlockSize, SequenceTokens, StorageDType, Threads, cli
 
 
 class EvalConfig(BaseModel):
@@ -33,10 +33,10 @@ class EvalConfig(BaseModel):
     baseline_endpoint: str | None = Field(
         None, description="with --endpoint: the same target served without speculation (speed-up, identical output)")
     model: str | None = Field(None, description="with --endpoint: served model name (default: the first of /v1/models)")
-    max_new_tokens: int = Field(256, ge=1, description="tokens to generate per prompt")
+    max_new_tokens: SequenceTokens = Field(256, description="tokens to generate per prompt")
     limit: int | None = Field(None, ge=1, description="evaluate only the first N prompts")
     split: str | None = Field(None, description="DatasetDict split of --prompts (default: train, else the only one)")
-    block_size: int | None = Field(None, ge=2, description="draft block size (default: the drafter's)")
+    block_size: BlockSize | None = Field(None, description="draft block size (default: the drafter's)")
     thinking: bool | None = Field(None, description="pass enable_thinking to the chat template")
     dtype: StorageDType = Field("float32", description="dtype of target and drafter: fp32, bf16 or fp16")
     device: Annotated[str, cli(metavar="DEVICE")] = Field(
@@ -49,9 +49,9 @@ class EvalConfig(BaseModel):
         0.0, ge=0.0, allow_inf_nan=False, description="0: greedy, output must be token-identical; above 0: speculative sampling at this T")
     seed: int = Field(0, description="sampling seed (temperature above 0)")
     out: Path | None = Field(None, description="also write the JSON report to this file")
-    threads: int | None = Field(
-        None, ge=1, description="torch CPU threads (default on CPU: one per CPU the machine's 1-minute load leaves "
-        "idle, printed; every core runs far slower on a busy machine)")
+    threads: Threads | None = Field(
+        None, description="torch CPU threads (default on CPU: one per CPU the machine's 1-minute load leaves "
+        "idle, printed; every core runs far slower on a busy machine; at most 4 per CPU)")
     plot: Annotated[Path | None, cli(metavar="FILE.png")] = Field(
         None, description="also draw the acceptance-length histogram and per-position acceptance to this PNG"
     )

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from draftsmith.core.config import SequenceTokens, Threads
+
 
 class OverfitConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -26,7 +28,9 @@ class OverfitConfig(BaseModel):
     # (the shifted layer ids moved 10% of the accepted tokens, against 21% after 120 steps).
     steps: int = Field(120, ge=1, description="optimizer steps of the gate's training")
     eval_prompts: int = Field(24, ge=1, description="held-out prompts decoded in process and by the engine")
-    max_new_tokens: int = Field(64, ge=8, description="tokens the target generates for each prompt")
+    max_new_tokens: SequenceTokens = Field(64, ge=8, description="tokens the target generates for each prompt")
+    threads: Threads | None = Field(None, description="torch CPU threads of its training and decoding (default: from "
+                                    "the machine's load, printed)")
     tolerance: float = Field(
         0.05, gt=0, description="largest share of accepted draft tokens on which engine and in-process may disagree"
     )
@@ -38,7 +42,8 @@ class OverfitConfig(BaseModel):
     def from_check(cls, config) -> "OverfitConfig":
         return cls(target=config.target, export=config.export, work=Path(config.overfit_dir or f"{config.export}.overfit"),
                    endpoint=config.endpoint, samples=config.overfit_samples, steps=config.overfit_steps,
-                   max_new_tokens=config.overfit_max_new_tokens, train=config.overfit_train)  # fmt: skip
+                   max_new_tokens=config.overfit_max_new_tokens, train=config.overfit_train,
+                   threads=config.threads)  # fmt: skip
 
 
 TOLERANCE = OverfitConfig.model_fields["tolerance"].default

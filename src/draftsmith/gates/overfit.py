@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.limits import choose_threads
 
 from draftsmith.gates.config import MIN_MARGIN, TOLERANCE, OverfitConfig  # noqa: F401 (re-exported)
 
@@ -195,7 +196,8 @@ def _prompts(count: int, seed: int) -> list[dict]:
     return [{"id": row["id"], "messages": row["messages"]} for row in synthetic_prompts(count, seed=seed)]
 
 
-def _train_and_export(target, tokenizer, target_dir: Path, work: Path, settings: dict[str, Any], lr: float, log):
+def _train_and_export(target, tokenizer, target_dir: Path, work: Path, settings: dict[str, Any], lr: float, log,
+                      threads: int | None = None):
     from draftsmith.data.tokenized import write_tokenized
     from draftsmith.export.exporter import export_drafter
     from draftsmith.train import TrainConfig, train_drafter
@@ -209,6 +211,7 @@ def _train_and_export(target, tokenizer, target_dir: Path, work: Path, settings:
         num_draft_layers=settings["num_draft_layers"], target_layer_ids=settings["target_layer_ids"],
         mask_token_id=settings["mask_token_id"], max_steps=settings["steps"], epochs=10_000,
         batch_size=min(4, len(rows)), lr=lr, seed=0, progress=False, log_every=max(1, settings["steps"] // 4),
+        num_threads=threads,
         **({"drafter": "dspark", "markov_rank": settings["markov_rank"], "confidence_head": settings["confidence_head"]}
            if settings.get("drafter") == "dspark" else {}),
     )
@@ -231,7 +234,8 @@ def prepare_overfit(target_dir: str | Path, work: str | Path, export: str | Path
     from draftsmith.model.target import load_target_model
 
     work, target_dir = Path(work), Path(target_dir)
-    settings = _settings(Path(export) if export else None, OverfitConfig(target=target_dir, work=work, **options))
+    gate = OverfitConfig(target=target_dir, work=work, **options)
+    settings = _settings(Path(export) if export else None, gate)
     done = work / RESULT
     if done.is_file():
         previous = json.loads(done.read_text())
@@ -242,10 +246,13 @@ def prepare_overfit(target_dir: str | Path, work: str | Path, export: str | Path
     held_out = _prompts(settings["eval_prompts"], HELD_OUT_SEED)
     prompts_file = work / "prompts.jsonl"
     prompts_file.write_text("".join(json.dumps(row) + "\n" for row in held_out))
+    threads, threads_line = choose_threads(gate.threads)  # the gate decodes and trains on the CPU
+    log(f"[overfit] {threads_line}")
     tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
     target = load_target_model(target_dir, "cpu", torch.float32)
     if settings["train"]:
-        exported, new_tokens, final_loss = _train_and_export(target, tokenizer, target_dir, work, settings, lr, log)
+        exported, new_tokens, final_loss = _train_and_export(target, tokenizer, target_dir, work, settings, lr, log,
+                                                             threads)
     else:
         if export is None:
             raise InputError("the overfit gate without training judges the export's own weights: give the export")

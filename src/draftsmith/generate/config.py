@@ -11,7 +11,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from draftsmith.core.config import cli
+from draftsmith.core.config import SequenceTokens, cli
 from draftsmith.core.errors import InputError
 
 ORDERS = ("input", "longest-first", "prefix")
@@ -68,7 +68,7 @@ class GenerateConfig(BaseModel):
         description="base URLs of OpenAI-compatible servers (http://host:port or .../v1), one per GPU/node",
     )
     model: str | None = Field(None, description="model name sent with each request (default: the endpoint's first /v1/models id)")
-    max_tokens: int = Field(4096, ge=1, description="cap on output tokens per completion")
+    max_tokens: SequenceTokens = Field(4096, description="cap on output tokens per completion")
     temperature: float | None = Field(0.6, description="sampling temperature (>= 0)")
     top_p: float | None = Field(0.95, description="nucleus sampling (0, 1]")
     seed: int | None = Field(None, description="sampling seed sent to the engine")

@@ -102,6 +102,7 @@ def register(app: typer.Typer) -> None:
 
     plan_command.__signature__ = command.__signature__  # type: ignore[attr-defined]
     plan_command.__doc__ = command.__doc__
+    plan_command.config_model = PlanConfig  # type: ignore[attr-defined]
     group.callback(invoke_without_command=True)(plan_command)
     config_command(group, "train", TrainPlanConfig, plan_train, own_config_file=True, extras=_JSON)
     config_command(group, "engine", EnginePlanConfig, plan_engine, extras=_JSON)

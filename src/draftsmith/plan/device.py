@@ -20,16 +20,20 @@ from __future__ import annotations
 
 import os
 import platform
+from contextlib import nullcontext
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from draftsmith.core.config import cli
+from draftsmith.core.config import Threads, cli
 from draftsmith.core.errors import InputError
-from draftsmith.core.io import dumps_json, write_json_atomic
+from draftsmith.core.io import disk_full_as_one_line, dumps_json, write_json_atomic
+from draftsmith.core.limits import choose_threads
+from draftsmith.core.lock import lock_output_file
 from draftsmith.plan.gpus import DEVICE_KIND, DEVICE_VERSION, GpuSpec, device_dict, is_device_path, load_device
 
 __all__ = ["DEVICE_KIND", "DEVICE_VERSION", "device_dict", "is_device_path", "load_device", "measure_device",
@@ -53,7 +57,7 @@ class DevicePlanConfig(BaseModel):
     name: Annotated[str | None, cli(metavar="NAME")] = Field(None, description="the entry's name (this host's)")
     step_overhead: Annotated[str | None, cli(metavar="DURATION")] = Field(
         None, description="an engine's fixed cost per decode step measured on this device ('1.6ms')")
-    threads: Annotated[int | None, cli(metavar="N")] = Field(None, ge=1, description="torch CPU threads (torch's choice)")
+    threads: Annotated[Threads | None, cli(metavar="N")] = Field(None, description="torch CPU threads (default: one per CPU the machine's 1-minute load leaves idle, printed; at most 4 per CPU)")
 
 
 _SECONDS = re.compile(r"^\s*(?P<number>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>s|ms|us|µs)\s*$")
@@ -133,8 +137,6 @@ def measure_device(torch_device: str | None = None, name: str | None = None, ste
     """This machine as a `GpuSpec`: measured copy bandwidth, bf16/fp32 matmul rates and memory."""
     import torch
 
-    if threads is not None:
-        torch.set_num_threads(threads)
     if torch_device is None:
         torch_device = "cuda" if torch.cuda.is_available() else "cpu"
     if torch_device.startswith("cuda") and not torch.cuda.is_available():
@@ -142,6 +144,10 @@ def measure_device(torch_device: str | None = None, name: str | None = None, ste
     if torch_device != "cpu" and not torch_device.startswith("cuda"):
         raise InputError(f"--torch-device {torch_device!r}: expected cpu or cuda")
     family = "cuda" if torch_device.startswith("cuda") else "cpu"
+    # A CPU measured with every core on a busy machine measures the load (threads from it unless asked).
+    _, threads_line = choose_threads(threads, on_cpu=family == "cpu")
+    if threads_line:
+        print(f"plan device: {threads_line}", file=sys.stderr, flush=True)
     bandwidth = measure_bandwidth(torch_device, copy_bytes or COPY_BYTES[family])
     size = matmul_size or MATMUL_SIZE[family]
     # Without native bf16 (no AVX512-BF16/AMX) a CPU emulates it some 30x slower: a smaller matrix keeps
@@ -163,9 +169,13 @@ def plan_device(config: DevicePlanConfig, as_json: bool = False) -> GpuSpec:
     if not config.measure:
         raise InputError("plan device needs --measure (it times this machine; catalogue GPUs need no entry)")
     overhead = 0.0 if config.step_overhead is None else parse_seconds(config.step_overhead, "--step-overhead")
-    device = measure_device(config.torch_device, config.name, overhead, config.threads)
-    if config.out is not None:
-        write_json_atomic(config.out, device_dict(device))
+    # --out is checked (and held) before the measurement: a directory or an unwritable place there is
+    # one line naming it now, not a temporary file's error after a minute of measuring.
+    with lock_output_file(config.out, "plan device", example="device.json") if config.out else nullcontext():
+        device = measure_device(config.torch_device, config.name, overhead, config.threads)
+        if config.out is not None:
+            with disk_full_as_one_line(config.out):
+                write_json_atomic(config.out, device_dict(device))
     if as_json:
         print(dumps_json(device_dict(device)))
     else:

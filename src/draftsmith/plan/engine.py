@@ -53,9 +53,10 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.limits import MAX_SEQUENCE_TOKENS  # a longer sequence is a typo, and overflows the arithmetic
 from draftsmith.core.units import parse_count, parse_rate, parse_size
 from draftsmith.plan.architecture import LINEAR, Architecture, Tensor, read_architecture
-from draftsmith.plan.gpus import GpuSpec, find_gpu
+from draftsmith.plan.gpus import GpuSpec, check_device, find_gpu
 
 SECONDS_PER_DAY = 86400
 # Weight bytes per parameter: FP8 with one fp32 scale per 128x128 block (DeepSeek/Qwen FP8 checkpoints);
@@ -71,9 +72,6 @@ VLLM_MAX_NUM_SEQS_LARGE, VLLM_MAX_NUM_SEQS_SMALL = 1024, 256
 ALLREDUCE_LATENCY_S = {"pcie": 10e-6, "nvlink": 5e-6}
 DEFAULT_EFFICIENCY = 0.7
 DEFAULT_MEMORY_UTILIZATION = 0.9
-# No model holds a sequence near this long (the longest contexts today are ~10M tokens): a length beyond
-# it is a typo, and would overflow the context arithmetic.
-MAX_SEQUENCE_TOKENS = 10**8
 # A speculative kind whose drafter the caller prices itself (plan/speculation.py): the target verifies
 # draft_tokens + 1 tokens per step and nothing else is added for the drafter.
 EXTERNAL_DRAFTER = "external"
@@ -500,7 +498,7 @@ def custom_gpu(bandwidth: Any, memory: Any, tflops: Any, base: GpuSpec | None) -
     if tflops is not None:
         peak = positive(tflops, "--gpu-tflops") * 1e12
         fields.update(bf16_flops=peak, fp8_flops=2 * peak, fp4_flops=4 * peak)
-    return GpuSpec(**fields)
+    return check_device(GpuSpec(**fields), "--gpu-bandwidth/--gpu-memory/--gpu-tflops: ")
 
 
 def resolve_gpu(name: str | None, bandwidth: Any = None, memory: Any = None, tflops: Any = None) -> GpuSpec:

@@ -24,7 +24,7 @@ A device measured here (`draftsmith plan device --measure`, plan/device.py) is a
 
 from __future__ import annotations
 
-import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -32,11 +32,13 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from draftsmith.core.errors import InputError
+from draftsmith.core.readers import BadJSONError, read_json
 
 T = 1e12
 DEVICE_KIND = "draftsmith.plan.device"
 DEVICE_VERSION = 1
 GB = 10**9
+MAX_DEVICE_FILE_BYTES = 2**20  # a device entry is a dozen figures
 
 
 class GpuSpec(BaseModel):
@@ -128,13 +130,15 @@ def is_device_path(name: Any) -> bool:
 def load_device(path: str | Path, flag: str = "--gpu") -> GpuSpec:
     """The `GpuSpec` a device file holds, or one line naming the file and what is wrong with it."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
+    try:  # the shared reader: a plain file of bounded size and depth (a FIFO or /dev/zero is one line)
+        data = read_json(path, "device file", max_bytes=MAX_DEVICE_FILE_BYTES, missing_ok=True)
+    except BadJSONError as error:
+        raise InputError(f"{flag} {path}: not a device file: {str(error).removeprefix(str(path) + ':').strip()}") from None
+    except InputError as error:
+        raise InputError(f"{flag} {error}") from None
+    if data is None:
         raise InputError(f"{flag} {path}: no such device file (write one with `draftsmith plan device --measure --out "
-                         f"{path}`)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise InputError(f"{flag} {path}: not a device file: {error}") from None
+                         f"{path}`)")
     if not isinstance(data, dict) or data.get("kind") != DEVICE_KIND:
         found = data.get("kind") if isinstance(data, dict) else type(data).__name__
         raise InputError(f"{flag} {path}: not a device file (field 'kind' is {found!r}, expected {DEVICE_KIND!r})")
@@ -148,13 +152,41 @@ def load_device(path: str | Path, flag: str = "--gpu") -> GpuSpec:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "entry"
         raise InputError(f"{flag} {path}: field {where!r}: {first['msg']}") from None
-    for field in ("memory_bytes", "bandwidth_bytes_per_s", "bf16_flops"):
-        if not getattr(device, field) > 0:
-            raise InputError(f"{flag} {path}: field {field!r} must be positive, got {getattr(device, field)!r}")
-    for field in ("step_overhead_s", "request_overhead_s", "draft_step_overhead_s", "draft_request_overhead_s",
-                  "draft_token_overhead_s"):
-        if getattr(device, field) < 0:
-            raise InputError(f"{flag} {path}: field {field!r} must be 0 or more, got {getattr(device, field)!r}")
+    return check_device(device, f"{flag} {path}: field ")
+
+
+# What a device entry's figures may be (a file is someone's measurement, or someone's edit of one):
+# each finite, within (lowest, highest]; lowest 0 means "0 or more". The ceilings are generous past
+# any device made (an H200 reads 4.8e12 B/s, a B200 does 9e15 FP4 FLOP/s): a figure beyond them
+# is a typo, and a NaN or infinite one turns every plan into "nan tok/s" or "0 tok/s".
+DEVICE_FIELD_RANGES: dict[str, tuple[float, float, bool]] = {
+    "memory_bytes": (0, 1e15, False),  # 1 PB on one device
+    "bandwidth_bytes_per_s": (0, 1e15, False),  # 1 PB/s
+    "bf16_flops": (0, 1e18, False), "fp8_flops": (0, 1e18, False), "fp4_flops": (0, 1e18, False),
+    "fp32_flops": (0, 1e18, False),
+    "link_bytes_per_s": (0, 1e15, True),
+    # No engine spends a minute of fixed cost per decode step.
+    "step_overhead_s": (0, 60.0, True), "request_overhead_s": (0, 60.0, True),
+    "draft_step_overhead_s": (0, 60.0, True), "draft_request_overhead_s": (0, 60.0, True),
+    "draft_token_overhead_s": (0, 60.0, True),
+}  # fmt: skip
+
+
+def check_device(device: GpuSpec, where: str = "") -> GpuSpec:
+    """``device`` when each of its figures is finite and in its `DEVICE_FIELD_RANGES` range; else one
+    line, ``where`` (e.g. ``"--gpu FILE: field "``) then the field and the problem."""
+    for field, (lowest, highest, zero_ok) in DEVICE_FIELD_RANGES.items():
+        value = getattr(device, field)
+        if value is None:
+            continue
+        if not math.isfinite(value):
+            raise InputError(f"{where}{field!r} must be a finite number, got {value!r}")
+        if zero_ok and value < lowest:
+            raise InputError(f"{where}{field!r} must be 0 or more, got {value!r}")
+        if not zero_ok and not value > lowest:
+            raise InputError(f"{where}{field!r} must be positive, got {value!r}")
+        if value > highest:
+            raise InputError(f"{where}{field!r} is {value:.3g}, beyond any device (at most {highest:.0e})")
     return device
 
 

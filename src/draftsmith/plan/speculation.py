@@ -41,7 +41,6 @@ K. The drafter's memory is not taken from the batch's (a few layers beside the t
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -52,7 +51,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from draftsmith.client.prometheus import parse_samples, vllm_position_counts
 from draftsmith.core.config import cli
 from draftsmith.core.errors import InputError
-from draftsmith.core.units import parse_count
+from draftsmith.core.limits import MAX_BLOCK_SIZE
+from draftsmith.core.readers import BadJSONError, loads_json, read_json, read_regular_bytes
 from draftsmith.plan.architecture import FULL, SLIDING, Architecture, read_architecture
 from draftsmith.plan.device import parse_seconds
 from draftsmith.plan.engine import (
@@ -65,6 +65,7 @@ from draftsmith.plan.engine import (
     mean_live_context,
     positive,
     resolve_gpu,
+    tokens,
 )
 from draftsmith.plan.gpus import GpuSpec
 
@@ -72,6 +73,12 @@ DEFAULT_CONCURRENCY = (1, 8, 32, 128)
 BF16_BYTES = 2.0
 # Profiles from counts (vLLM's, bench's) are exact shares; rounded shares in JSON may wobble this much.
 MONOTONE_TOLERANCE = 1e-6
+# The most draft positions a profile may name: those of the largest block anything drafts. A file
+# naming more (or a scrape naming position 99999999) is refused before a list that long is built;
+# positions past the drafter's own block are read and ignored, with a warning.
+MAX_POSITIONS = MAX_BLOCK_SIZE - 1
+# An acceptance file is a report or a /metrics scrape: a few kB to a few MB.
+MAX_PROFILE_BYTES = 16 * 2**20
 
 
 class SpeculationPlanConfig(BaseModel):
@@ -128,9 +135,12 @@ class Profile(BaseModel):
 
 
 def check_profile(values: list[float], source: str) -> list[float]:
-    """`values` when they are a per-position profile: not empty, each in [0, 1], never rising."""
+    """`values` when they are a per-position profile: not empty, at most `MAX_POSITIONS` long, each in
+    [0, 1], never rising."""
     if not values:
         raise InputError(f"{source}: the acceptance profile is empty (no draft position measured)")
+    if len(values) > MAX_POSITIONS:
+        raise InputError(f"{source}: {len(values):,} draft positions; no draft block has more than {MAX_POSITIONS}")
     for position, value in enumerate(values, start=1):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise InputError(f"{source}: position {position}: acceptance {value!r} is not a number")
@@ -146,10 +156,12 @@ def check_profile(values: list[float], source: str) -> list[float]:
 
 def parse_profile(text: str, flag: str) -> Profile:
     values = []
-    for part in str(text).split(","):
-        part = part.strip()
-        if not part:
-            continue
+    parts = [part.strip() for part in str(text).split(",")] if str(text).replace(",", "").strip() else []
+    if len(parts) > MAX_POSITIONS:
+        raise InputError(f"{flag}: {len(parts):,} positions; no draft block has more than {MAX_POSITIONS}")
+    for index, part in enumerate(parts, start=1):
+        if not part:  # skipping it would move every later share to the position before its own
+            raise InputError(f"{flag} {text!r}: position {index} is empty (two commas in a row?)")
         try:
             values.append(float(part))
         except ValueError:
@@ -219,19 +231,29 @@ def read_profiles(path: str | Path, flag: str) -> dict[str, Profile]:
     """method -> profile from a file: "drafter" (or an eval report's method names, "ngram" among them)."""
     path = Path(path)
     source = f"{flag} {path}"
-    try:
-        text = path.read_text()
+    try:  # the shared reader: a plain file (a FIFO or a link to /dev/zero is refused), of bounded size
+        raw = read_regular_bytes(path, MAX_PROFILE_BYTES)
     except FileNotFoundError:
         raise InputError(f"{source}: no such file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(f"{source}: cannot read it: {error}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        counts = vllm_position_counts(parse_samples(text))
+    except InputError as error:
+        raise InputError(f"{flag} {error}") from None
+    if raw.lstrip()[:1] in (b"{", b"["):
+        try:
+            data = loads_json(raw, source)  # its depth bounded too
+        except BadJSONError as error:
+            raise InputError(str(error)) from None
+    else:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise InputError(f"{source}: not UTF-8 text (byte {error.start})") from None
+        try:
+            counts = vllm_position_counts(parse_samples(text), max_positions=MAX_POSITIONS)
+        except InputError as error:
+            raise InputError(f"{source}: {error}") from None
         if counts is None:
             raise InputError(f"{source}: neither JSON nor a vLLM /metrics scrape with "
-                             f"vllm:spec_decode_num_accepted_tokens_per_pos") from None
+                             f"vllm:spec_decode_num_accepted_tokens_per_pos")
         return {"drafter": _from_counts(counts.drafts, counts.accepted_per_position, source)}
     kind = data.get("kind") if isinstance(data, dict) else None
     if kind == "draftsmith.eval":
@@ -335,11 +357,11 @@ def read_drafter(export_dir: str | Path) -> DrafterCost:
     path = Path(export_dir)
     config_path = path / "config.json" if path.is_dir() else path
     try:
-        config = json.loads(config_path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"--drafter {export_dir}: no config.json there (give `draftsmith export --out`'s directory)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise InputError(f"--drafter {config_path}: not a readable config.json: {error}") from None
+        config = read_json(config_path, "config.json", missing_ok=True)
+    except InputError as error:
+        raise InputError(f"--drafter {error}") from None
+    if config is None:
+        raise InputError(f"--drafter {export_dir}: no config.json there (give `draftsmith export --out`'s directory)")
     names = config.get("architectures") if isinstance(config, dict) else None
     for name in names or []:
         if name in DRAFTER_VARIANTS:
@@ -506,10 +528,8 @@ def build_inputs(config: SpeculationPlanConfig) -> _Inputs:
     if len(acceptance.per_position) > block_positions:
         warnings.append(f"{acceptance.source} has {len(acceptance.per_position)} positions, more than the drafter's "
                         f"block allows ({block_positions}): positions past {block_positions} are ignored")
-    output_mean = positive(config.output_mean, "--output-mean")
-    prompt_mean = parse_count(config.prompt_mean, "--prompt-mean") if config.prompt_mean is not None else 0.0
-    if prompt_mean < 0:
-        raise InputError(f"--prompt-mean must be 0 or more, got {config.prompt_mean!r}")
+    output_mean = tokens(config.output_mean, "--output-mean")  # both at most MAX_SEQUENCE_TOKENS, like plan engine's
+    prompt_mean = tokens(config.prompt_mean, "--prompt-mean", allow_zero=True) if config.prompt_mean is not None else 0.0
     utilization = DEFAULT_MEMORY_UTILIZATION
     if config.memory_utilization is not None:
         utilization = positive(config.memory_utilization, "--memory-utilization")

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from draftsmith.core.config import cli
+from draftsmith.core.config import SequenceTokens, cli
 
 # A row this long is not a training sample but a mistake (a whole file pasted into a turn), and
 # tokenizing it with offsets costs ~200x its size in memory: 50 MB took 10 GB.
@@ -19,7 +19,7 @@ class TokenizeOptions(BaseModel):
 
     train_turns: Literal["final", "all"] = Field("final", description="assistant turns to train")
     length_policy: Literal["drop", "keep"] = Field("drop", description="rows with finish_reason 'length'")
-    max_length: int | None = Field(default=None, ge=2, description="maximum tokens per row")
+    max_length: SequenceTokens | None = Field(default=None, ge=2, description="maximum tokens per row")
     overflow: Literal["drop", "truncate"] = Field("drop", description="rows longer than --max-length")
     verify_share: float = Field(default=1.0, ge=0.0, le=1.0, description="share of rows whose mask is verified by decoding")
     use_engine_token_ids: Annotated[bool, cli("--engine-token-ids/--no-engine-token-ids")] = Field(

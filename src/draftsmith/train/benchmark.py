@@ -19,6 +19,7 @@ import torch
 
 from draftsmith.core.errors import InputError
 from draftsmith.core.io import write_json_atomic
+from draftsmith.core.limits import choose_threads
 from draftsmith.core.lock import lock_directory
 from draftsmith.data.tokenized import load_tokenized
 from draftsmith.train.config import TrainConfig
@@ -54,9 +55,10 @@ def benchmark_training(config: TrainConfig, warmup_steps: int = DEFAULT_WARMUP_S
     """Time `config.benchmark_steps` optimizer steps; returns (and on rank 0 writes) the benchmark dict."""
     if not config.benchmark_steps:
         raise InputError("benchmark_training needs benchmark_steps >= 1")
-    if config.num_threads is not None:
-        torch.set_num_threads(config.num_threads)
     context = init_distributed(config.device)
+    _, threads_line = choose_threads(config.num_threads, on_cpu=context.device.type == "cpu")
+    if threads_line and context.is_main:
+        print(f"train: {threads_line}", file=sys.stderr, flush=True)
     try:
         with lock_directory(config.out, "train benchmark") if context.is_main else nullcontext():
             return _benchmark(config, context, warmup_steps)

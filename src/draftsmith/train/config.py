@@ -10,7 +10,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from draftsmith.core.config import DType, StorageDType, cli
+from draftsmith.core.config import BlockSize, DType, SequenceTokens, StorageDType, Threads, cli
 
 Beta = Annotated[float, Field(ge=0, lt=1)]
 
@@ -49,15 +49,15 @@ class TrainConfig(BaseModel):
     markov_rank: int | None = Field(None, description="dspark: rank r of the Markov head (V x r, r x V), 1..vocabulary "
                                     "(default: 256, or what a resumed run used)")
     confidence_head: bool = Field(True, description="dspark: train the confidence head (per-position acceptance estimate)")
-    block_size: int = Field(16, ge=2, description="tokens per draft block (the anchor plus B-1 predictions; dspark: B predictions)")
+    block_size: BlockSize = Field(16, description="tokens per draft block (the anchor plus B-1 predictions; dspark: B predictions)")
     num_draft_layers: Annotated[int, cli("--draft-layers")] = Field(5, ge=1, description="drafter decoder layers")
     target_layer_ids: list[int] | None = Field(None, description="target layers to capture (default: spread)")
     num_features: int = Field(5, ge=1, description="captured target layers when target_layer_ids is unset")
     mask_token_id: int | None = Field(None, ge=0, description="default: chosen from the target (its <|MASK|>, a padding row, an unused reserved token; with no spare id, eos's row replaced by a trained mask embedding)")
     init_from_target: bool = Field(
         False, description="start the draft layers (and final norm) as copies of the target's last layers where shapes agree")
-    draft_sliding_window: Annotated[int | None, cli(metavar="N")] = Field(
-        None, gt=0, description="sliding-window attention of N positions on every draft layer (layer_types, sliding_window "
+    draft_sliding_window: Annotated[SequenceTokens | None, cli(metavar="N")] = Field(
+        None, description="sliding-window attention of N positions on every draft layer (layer_types, sliding_window "
         "in the export, as vLLM reads them); at least --block-size; default: full attention")
     num_anchors: int = Field(512, ge=1, description="max blocks per sample (one document), resampled each epoch")
     loss_weights: Literal["decay", "dpace"] = Field(
@@ -65,7 +65,7 @@ class TrainConfig(BaseModel):
         "adaptive, from the drafter's own confidence, normalised over the step's blocks on every rank)")
     gamma: float | None = Field(None, gt=0, description="loss decay of --loss-weights decay; default 7/5/4 for B=16/10/8")
     dpace_alpha: float = Field(0.5, gt=0, le=1, description="D-PACE confidence smoothing alpha in (0, 1] (--loss-weights dpace)")
-    max_length: int = Field(3072, ge=2, description="truncate each sequence to this many tokens")
+    max_length: SequenceTokens = Field(3072, ge=2, description="truncate each sequence to this many tokens")
     epochs: int = Field(6, ge=1, description="passes over the trainable samples")
     max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps")
     max_minutes: float | None = Field(
@@ -89,7 +89,7 @@ class TrainConfig(BaseModel):
         "ddp", description="under torchrun: ddp (replicated drafter) or fsdp (FSDP2: drafter, optimizer and target sharded)"
     )
     data_workers: int = Field(2, ge=0, description="DataLoader worker processes building batches ahead (0: in the loop)")
-    num_threads: Annotated[int | None, cli("--threads")] = Field(None, ge=1, description="CPU threads per process (torch default if unset)")
+    num_threads: Annotated[Threads | None, cli("--threads")] = Field(None, description="torch CPU threads per process (default: one per CPU the machine's 1-minute load leaves idle, printed; at most 4 per CPU)")
     seed: int = Field(0, description="seeds the drafter's initial weights, the epoch order and the anchors")
     save_every: int = Field(0, ge=0, description="checkpoint every N steps (0: at each epoch end)")
     keep_checkpoints: int = Field(2, ge=1, description="newest checkpoints kept under <out>/checkpoints")
@@ -105,7 +105,7 @@ class TrainConfig(BaseModel):
     )
     eval_every: int = Field(0, ge=0, description="eval every N steps (0: at each checkpoint) and at the end")
     eval_max_prompts: int = Field(8, ge=1, description="prompts of --eval-prompts decoded at each eval point")
-    eval_max_new_tokens: int = Field(128, ge=1, description="tokens generated per eval prompt")
+    eval_max_new_tokens: SequenceTokens = Field(128, description="tokens generated per eval prompt")
     benchmark_steps: Annotated[int | None, cli(metavar="N")] = Field(
         None, ge=1,
         description="time N steps after warm-up, write <out>/train_benchmark.json (for `plan --train --train-bench`) and stop",
@@ -123,10 +123,12 @@ class ExtractConfig(BaseModel):
     num_features: int = Field(5, ge=1, description="captured target layers when --target-layer-ids is unset")
     target_layer_ids: list[int] | None = Field(None, description="target layers to capture")
     dtype: StorageDType = Field("bfloat16", description="storage dtype: bf16, fp16 or fp32")
-    max_length: int = Field(3072, ge=2, description="truncate like `train --max-length`")
+    max_length: SequenceTokens = Field(3072, ge=2, description="truncate like `train --max-length`")
     batch_size: int = Field(8, ge=1)
     samples_per_shard: int | None = Field(None, ge=1, description="samples per shard (default: about 1 GiB per shard)")
     device: str = "auto"
+    threads: Threads | None = Field(None, description="torch CPU threads (default: one per CPU the machine's 1-minute "
+                                    "load leaves idle, printed; at most 4 per CPU)")
     force: bool = Field(False, description="extract even if the estimate exceeds free disk")
     allow_partial: bool = Field(
         False, description="use a tokenized set whose tokenize run is still running or did not finish, as it is; recorded in the manifest"

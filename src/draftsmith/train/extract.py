@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ import torch
 from draftsmith.core.config import torch_dtype
 from draftsmith.core.errors import InputError
 from draftsmith.core.io import atomic_path, write_json_atomic
+from draftsmith.core.limits import choose_threads
 from draftsmith.core.lock import lock_directory
 from draftsmith.core.manifest import check_manifest, record_partial_inputs, require_complete, tokenizer_fingerprint
 from draftsmith.data.sources import check_finished
@@ -73,6 +75,7 @@ def extract_features(
     batch_size: int = 8,
     samples_per_shard: int | None = None,
     device: str = "auto",
+    threads: int | None = None,
     force: bool = False,
     allow_partial: bool = False,
     progress: bool = True,
@@ -84,7 +87,7 @@ def extract_features(
     settings = ExtractConfig(
         target=target, data=data, out=out, num_features=num_features, target_layer_ids=target_layer_ids,
         dtype=dtype, max_length=max_length, batch_size=batch_size, samples_per_shard=samples_per_shard,
-        device=device, force=force, allow_partial=allow_partial, progress=progress,
+        device=device, threads=threads, force=force, allow_partial=allow_partial, progress=progress,
     )
     with lock_directory(settings.out, "extract"):
         return _extract(settings, started, echo)
@@ -112,6 +115,9 @@ def _extract(settings: ExtractConfig, started: float, echo) -> ExtractResult:
     pending = [index for index in range(total_shards) if index * plan.samples_per_shard not in done]
     pending_tokens = sum(sample.num_tokens for index in pending
                          for sample in dataset.samples[index * plan.samples_per_shard:(index + 1) * plan.samples_per_shard])
+    _, threads_line = choose_threads(settings.threads, on_cpu=torch.device(resolve_device(settings.device)).type == "cpu")
+    if threads_line:
+        print(f"extract: {threads_line}", file=sys.stderr, flush=True)
     long_run = LongRunWarning("extract", pending_tokens, "token", [
         f"--max-length (now {settings.max_length}) truncates each sample", "a smaller tokenized set (--data)",
         "a GPU (--device cuda)"], enabled=torch.device(resolve_device(settings.device)).type == "cpu")

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from draftsmith.core.config import cpu_multiplies_bf16_natively, torch_dtype
 from draftsmith.core.errors import InputError
 from draftsmith.core.io import open_append, write_atomic, write_json_atomic
-from draftsmith.core.limits import workers_for
+from draftsmith.core.limits import choose_threads, workers_for
 from draftsmith.core.lock import lock_directory
 from draftsmith.core.manifest import MANIFEST_NAME, check_manifest
 from draftsmith.core.paths import require_output_dir
@@ -344,8 +344,6 @@ def build_optimizer(drafter: torch.nn.Module, config: TrainConfig, total_steps: 
 def train_drafter(config: TrainConfig) -> TrainResult:
     """Train (or resume training) a drafter; the final checkpoint lands in `<out>/drafter`."""
     check_report_to(config.report_to)  # before anything is loaded or --out is made
-    if config.num_threads is not None:
-        torch.set_num_threads(config.num_threads)
     require_output_dir(config.out, "--out")
     check_drafter_options(config)
     context = init_distributed(config.device)
@@ -361,6 +359,10 @@ def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
     started, out_dir = time.perf_counter(), Path(config.out)
     run = open_run_inputs(config, context)
     config = run.config  # with what the inputs decide (the Markov rank of a resumed run)
+    # The inputs are sound: the thread count (from the machine's load unless --threads) is said now.
+    _, threads_line = choose_threads(config.num_threads, on_cpu=context.device.type == "cpu")
+    if threads_line and context.is_main:
+        print(f"train: {threads_line}", file=sys.stderr, flush=True)
     trainer = DrafterTrainer(config, context, run.dataset, template=run.template)
     model = parallelize_drafter(trainer.drafter, context, config.sharding)
     per_epoch = steps_per_epoch(len(run.trainable), context.world_size, config.batch_size, config.grad_accum)
@@ -422,11 +424,13 @@ def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
 
 def train_time_cuts(config: TrainConfig, compute_dtype: str) -> list[str]:
     """The flags that cut a CPU training run, with this run's values (the long-run warning's hints)."""
-    cuts = [f"--block-size (now {config.block_size}; 8 halves the drafter's tokens per anchor)",
-            f"--num-anchors (now {config.num_anchors}; blocks per sequence)",
-            f"--draft-layers (now {config.num_draft_layers})",
-            "--max-steps or --epochs (now "
-            + (f"{config.max_steps} steps" if config.max_steps else f"{config.epochs} epochs") + ")"]
+    # Half the block halves the drafter's tokens per anchor; a block of 2 or 3 has no smaller one to suggest.
+    cuts = [f"--block-size (now {config.block_size}; {config.block_size // 2} halves the drafter's tokens per anchor)"
+            ] if config.block_size >= 4 else []
+    cuts += [f"--num-anchors (now {config.num_anchors}; blocks per sequence)",
+             f"--draft-layers (now {config.num_draft_layers})",
+             "--max-steps or --epochs (now "
+             + (f"{config.max_steps} steps" if config.max_steps else f"{config.epochs} epochs") + ")"]
     if config.offline_features is None:
         cuts.append("--offline FEATURES (draftsmith extract once: no target forward per step)")
     if compute_dtype != "bfloat16" and cpu_multiplies_bf16_natively():
