@@ -29,7 +29,8 @@ from draftsmith.core.lock import lock_directory
 from draftsmith.core.signals import ignore_interrupts_in_worker
 from draftsmith.core.progress import Progress
 from draftsmith.tokenize.config import TokenizeOptions, TokenizeSummary
-from draftsmith.tokenize.masking import POLICY_REASONS, ChatMasker, MaskedRow, MaskerConfig, RowDropped
+from draftsmith.data.template_probe import probe_chat_template, tokenizer_template_variables
+from draftsmith.tokenize.masking import POLICY_REASONS, ChatMasker, MaskedRow, MaskerConfig, RowDropped, template_text
 from draftsmith.data.conversation import conversation_from_row
 from draftsmith.data.thinking import choose_thinking
 from draftsmith.data.generated import INCOMPLETE_ANSWER, engine_fields, incomplete_answer
@@ -274,6 +275,10 @@ def _tokenize_dataset(
     output = Path(output_dir)
     tokenizer_path = str(tokenizer_path)
     masker = ChatMasker.from_path(tokenizer_path, options.masker_config())  # a bad tokenizer fails here
+    # A template that never finishes, recurses or builds gigabytes is one line before any row, not a
+    # RecursionError or MemoryError on the first one.
+    probe_chat_template(template_text(masker.tokenizer), f"--tokenizer {tokenizer_path}",
+                        {**tokenizer_template_variables(masker.tokenizer), **masker.template_kwargs})
     existing = prepare_output_dir(output, options.overwrite, options.resume)
     if not existing:  # nothing kept from an earlier run: its settings do not matter
         (output / MANIFEST_NAME).unlink(missing_ok=True)
