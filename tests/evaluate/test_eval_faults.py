@@ -47,5 +47,6 @@ def test_a_markov_rank_edited_after_export_is_one_line(dspark_dir, tiny_target_d
     code, out, err = _eval(capsys, tiny_target_dir, broken, prompts_file(2))
     lines = err.strip().splitlines()
     assert code == 2 and out == "" and "Traceback" not in err, err
-    assert "markov_head.markov_w1.weight has shape [" in lines[-1] and ", 8], config.json makes it [" in lines[-1]
+    # The first of the three tensors the rank shapes (confidence head, both Markov matrices), and the count.
+    assert "confidence_head.proj.weight has shape [1, 136], config.json makes it [1, 132] (and 2 more)" in lines[-1]
     assert "size mismatch" not in err and "state_dict" not in err
