@@ -83,7 +83,7 @@ def test_dspark_block_of_b_queries_drafts_b_tokens_and_greedy_is_lossless(target
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps(row) + "\n" for row in synthetic_prompts(3, seed=11)))
     report = evaluate_drafter(target, model, prompts, max_new_tokens=32, tokenizer=tiny_tokenizer, baselines=("untrained",))
-    assert report.lossless and report.block_size == 5
+    assert report.lossless and report.block_size == 4 and report.verify_tokens == 5 and report.method == "dspark"
     assert len(report.per_position_acceptance_engine_counting) == 4  # block 4: drafts at positions 1..4
     assert report.baselines[0].lossless and report.baselines[0].method == "untrained"
 

@@ -266,7 +266,7 @@ def test_verification_catches_leaked_scaffolding(make_masker, monkeypatch):
 def test_end_of_turn_token_inside_the_answer_is_caught(make_masker):
     with pytest.raises(RowDropped) as caught:
         make_masker().build(row([USER, assistant(content="Done.<|im_end|>More text.")]))
-    assert caught.value.reason in {"end_of_turn_in_content", "verify_failed"}
+    assert caught.value.reason in {"special_token_in_content", "end_of_turn_in_content", "verify_failed"}
 
 
 def test_rows_without_a_final_assistant_turn_or_with_empty_answers_are_dropped(make_masker):

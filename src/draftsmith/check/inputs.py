@@ -82,6 +82,24 @@ class ExportView:
         value = self.raw.get("dflash_config")
         return value if isinstance(value, dict) else {}
 
+    @property
+    def architectures(self) -> list[str]:
+        """config.json's `architectures` as engines read it: a list of class names (a bare string is one)."""
+        value = self.raw.get("architectures")
+        if isinstance(value, str):
+            return [value]
+        return [str(a) for a in value] if isinstance(value, list) else []
+
+    @property
+    def variant(self) -> str | None:
+        """The drafter variant engines serve this export as, decided by `architectures` alone (that is what
+        picks the engine's model class): "dspark", "dflash", or None when it names neither."""
+        from draftsmith.model.config import DSPARK_ARCHITECTURE
+
+        if DSPARK_ARCHITECTURE in self.architectures:
+            return "dspark"
+        return "dflash" if "DFlashDraftModel" in self.architectures else None
+
     def value(self, name: str, default: Any = None) -> Any:
         """A DFlash field the way the reference and engines read it: dflash_config first, then top level."""
         return self.flash.get(name, self.raw.get(name, default))

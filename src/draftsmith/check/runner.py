@@ -7,7 +7,7 @@ from draftsmith.check.inputs import ExportView, TargetView
 from draftsmith.check.static import CHECKS, static_findings
 
 # A drafter with these wrong cannot even run on the target's features: parity would only crash.
-_BLOCKS_PARITY = {"layers", "shapes", "mask", "dspark"}
+_BLOCKS_PARITY = {"layers", "shapes", "mask", "dspark", "variant", "finite"}
 
 
 def _blocks_parity(finding: Finding) -> bool:
@@ -17,13 +17,23 @@ def _blocks_parity(finding: Finding) -> bool:
             or (finding.check == "dtypes" and finding.field == "model.safetensors dtype"))
 
 
+def target_architectures(export: ExportView, target: TargetView) -> list[str]:
+    """The target's class names as engines look them up: its config's `architectures` (a bare string is
+    one name, as transformers writes it back), else what the drafter recorded at training."""
+    for value in (target.raw.get("architectures"), export.flash.get("target_architectures")):
+        if isinstance(value, str) and value:
+            return [value]
+        if isinstance(value, list) and value:
+            return [str(name) for name in value]
+    return []
+
+
 def _engine_findings(summary: CheckSummary, export: ExportView, target: TargetView) -> None:
     """Per engine installed here: can it serve this drafter on this target family (read from the engine)."""
     from draftsmith.model.engine_support import engine_support
 
-    archs = target.raw.get("architectures") or export.flash.get("target_architectures") or []
-    kind = "dspark" if "markov_rank" in export.raw else "dflash"
-    supports = engine_support([str(a) for a in archs] if isinstance(archs, list) else [], kind)
+    kind = export.variant or "dflash"  # the class an engine builds is the one `architectures` names
+    supports = engine_support(target_architectures(export, target), kind)
     summary.checks.append("engines")
     summary.engines = [support.to_dict() for support in supports]
     for support in supports:
@@ -48,7 +58,7 @@ def check_export(config: CheckConfig, target_model=None) -> CheckSummary:
         export=str(config.export), target=str(config.target), checks=list(CHECKS), findings=findings,
         block_size=block, vllm_num_speculative_tokens=block - 1 if block else None, sglang_draft_tokens=block,
     )
-    if block and "markov_rank" in export.raw:  # DSpark drafts from the anchor: B tokens; SGLang serves none
+    if block and export.variant == "dspark":  # DSpark drafts from the anchor: B tokens; SGLang serves none
         summary.vllm_num_speculative_tokens, summary.sglang_draft_tokens = block, None
     if config.engines:
         _engine_findings(summary, export, target)

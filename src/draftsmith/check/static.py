@@ -406,7 +406,81 @@ def check_shapes(export: ExportView, target: TargetView, config: CheckConfig) ->
 
 
 def _is_dspark(export: ExportView) -> bool:
-    return "markov_rank" in export.raw or "Qwen3DSparkModel" in (export.raw.get("architectures") or [])
+    return export.variant == "dspark"
+
+
+# The Markov head types vLLM's qwen3_dspark.py builds; any other is loaded as one of these or refused.
+MARKOV_HEAD_TYPES = ("vanilla",)
+_DSPARK_ONLY_FIELDS = ("markov_rank", "markov_head_type", "enable_confidence_head", "draft_vocab_size")
+
+
+def check_variant(export: ExportView, target: TargetView, config: CheckConfig) -> list[Finding]:
+    """The variant `architectures` names (the class an engine builds) against the config and weights:
+    a DSpark export relabelled DFlashDraftModel is served without its Markov head, a DFlash one
+    labelled DSpark has none to serve, an unknown Markov head type is served as another."""
+    from draftsmith.model.config import DSPARK_ARCHITECTURE
+
+    raw = export.raw
+    named = raw.get("architectures")
+    dspark_weights = sorted(n for n in export.shapes if n.startswith(("markov_head.", "confidence_head.")))
+    dspark_fields = [f for f in _DSPARK_ONLY_FIELDS if f in raw]
+    labels = f"['DFlashDraftModel'] or ['{DSPARK_ARCHITECTURE}']"
+    if export.variant is None:
+        wanted = f"['{DSPARK_ARCHITECTURE}'] (the weights hold a Markov head)" if dspark_weights else labels
+        return [_finding("variant", "architectures", repr(named), wanted,
+                         "engines pick the drafter's class by this field; restore the one it was exported with")]
+    found = []
+    if not isinstance(named, list):
+        found.append(_finding("variant", "architectures", f"{named!r} (a string)", f"a list, [{named!r}]",
+                              "transformers and engines read a list of class names; write it as a list", "warning"))
+    if export.variant == "dflash" and (dspark_weights or dspark_fields):
+        held = (f"model.safetensors holds {', '.join(dspark_weights[:3])}" if dspark_weights
+                else f"config.json sets {', '.join(dspark_fields)}")
+        found.append(_finding("variant", "architectures", repr(named), f"['{DSPARK_ARCHITECTURE}'] ({held})",
+                              "an engine serves DFlashDraftModel without the Markov and confidence heads, drafting "
+                              f"with a model it was not trained as; set architectures to ['{DSPARK_ARCHITECTURE}']"))
+    if export.variant == "dspark":
+        head = raw.get("markov_head_type", "vanilla")
+        if head not in MARKOV_HEAD_TYPES:
+            found.append(_finding("variant", "markov_head_type", repr(head), " or ".join(map(repr, MARKOV_HEAD_TYPES)),
+                                  "no engine and not draftsmith builds another Markov head; restore the type it was "
+                                  "trained with"))
+        if not any(name.startswith("markov_head.") for name in dspark_weights) and "markov_rank" not in raw:
+            found.append(_finding("variant", "architectures", repr(named), "['DFlashDraftModel'] (no Markov head in "
+                                  "config.json or model.safetensors)", "a DFlash export was relabelled; restore "
+                                  "['DFlashDraftModel']"))
+    return found
+
+
+def check_finite(export: ExportView, target: TargetView, config: CheckConfig) -> list[Finding]:
+    """Every tensor of every weight file (and the mask vector) read whole and checked for NaN and Inf:
+    shapes, dtypes and parity on a few logits all pass a drafter with a NaN in a head it rarely uses."""
+    from safetensors import safe_open
+
+    from draftsmith.model.io import MASK_EMBEDDING_NAME, nonfinite_description, read_mask_embedding_file
+
+    found = []
+    for file in export.files:
+        with safe_open(str(file), framework="pt") as handle:
+            for name in sorted(handle.keys()):
+                if export.dtypes.get(name) not in _FLOAT_DTYPES:
+                    continue
+                description = nonfinite_description(handle.get_tensor(name))
+                if description:
+                    found.append(_finding("finite", name, f"non-finite ({description})", "finite values",
+                                          "the weights are broken (a diverged run or a damaged copy); re-export from "
+                                          "a finite training checkpoint"))
+    mask_file = export.path / MASK_EMBEDDING_NAME
+    if mask_file.is_file():
+        try:
+            _, embedding = read_mask_embedding_file(mask_file)
+        except InputError:
+            embedding = None  # the mask check names an unreadable file
+        description = nonfinite_description(embedding) if embedding is not None else None
+        if description:
+            found.append(_finding("finite", MASK_EMBEDDING_NAME, f"non-finite ({description})", "finite values",
+                                  "re-export from a finite training checkpoint"))
+    return found
 
 
 def check_dspark(export: ExportView, target: TargetView, config: CheckConfig) -> list[Finding]:
@@ -549,6 +623,8 @@ def check_template(export: ExportView, target: TargetView, config: CheckConfig) 
 
 
 CHECKS: dict[str, Callable[[ExportView, TargetView, CheckConfig], list[Finding]]] = {
+    "variant": check_variant,
+    "finite": check_finite,
     "layers": check_layers,
     "feature": check_feature_definition,
     "mask": check_mask_token,

@@ -16,7 +16,7 @@ def plot_eval_report(report: EvalReport, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     path = Path(path)
-    block = report.block_size
+    block = report.max_tau  # the most one cycle commits: DSpark's block + 1
     total = max(1, sum(report.acceptance_histogram.values()))
     lengths = list(range(1, block + 1))
     shares = [report.acceptance_histogram.get(length, 0) / total for length in lengths]

@@ -92,13 +92,21 @@ class EvalReport:
     near_tie_prompts: list[str] = field(default_factory=list)
     device: str = "cpu"
     dtype: str = "float32"
-    # dflash: the given drafter; ngram: prompt-lookup drafts; untrained: a random drafter of its config.
+    # dflash or dspark: the given drafter (by its variant); ngram: prompt-lookup drafts; untrained: a random
+    # drafter of its config.
     method: str = "dflash"
+    # Tokens the target verifies per cycle, the most a cycle commits: block_size for DFlash (B-1 drafts and
+    # the target's token), block_size + 1 for DSpark (it drafts B from the anchor). 0: block_size.
+    verify_tokens: int = 0
     # The --baseline methods, decoded on the same prompts against the same plain target output.
     baselines: list[EvalReport] = field(default_factory=list)
 
     kind: str = "draftsmith.eval"
     version: int = 1
+
+    @property
+    def max_tau(self) -> int:
+        return self.verify_tokens or self.block_size
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -137,7 +145,7 @@ class EvalReport:
         from rich.table import Table
 
         summary = Table(title="DFlash speculative decoding", show_header=False)
-        summary.add_row("acceptance length tau", f"{self.tau:.3f}  (1 = no draft accepted, max {self.block_size})")
+        summary.add_row("acceptance length tau", f"{self.tau:.3f}  (1 = no draft accepted, max {self.max_tau})")
         summary.add_row("prompts / new tokens / cycles", f"{self.num_prompts} / {self.total_new_tokens} / {self.total_cycles}")
         summary.add_row("speculative tokens/s", f"{self.speculative_tokens_per_s:.1f}")
         summary.add_row("plain greedy target tokens/s", f"{self.target_tokens_per_s:.1f}")
@@ -160,7 +168,7 @@ class EvalReport:
         histogram.add_column("share", justify="right")
         histogram.add_column("")
         total = max(1, sum(self.acceptance_histogram.values()))
-        for length in range(1, self.block_size + 1):
+        for length in range(1, self.max_tau + 1):
             count = self.acceptance_histogram.get(length, 0)
             histogram.add_row(str(length), str(count), f"{count / total:.1%}", "#" * round(40 * count / total))
         console.print(histogram)
@@ -590,10 +598,13 @@ class _Run:
         target_rate = self.target_tokens / self.target_seconds if self.target_seconds else 0.0
         first = next(self.target.parameters())
         verify = self._verify_size(tally.method)
+        # The drafter's own variant names its report, and block_size is its block as exported and served
+        # (plan speculation reads the method to price a DSpark drafter as one).
+        from_anchor = verify != self.block
         return EvalReport(
             tau=(sum(k * v for k, v in tally.histogram.items()) / total_cycles) if total_cycles else 0.0,
             acceptance_histogram=dict(tally.histogram),
-            block_size=verify,
+            block_size=self.block, verify_tokens=verify,
             num_prompts=len(tally.results),
             total_new_tokens=tally.spec_tokens,
             total_cycles=total_cycles,
@@ -616,7 +627,7 @@ class _Run:
             near_tie_prompts=[r.id for r in tally.results if r.near_ties],
             device=str(first.device),
             dtype=str(first.dtype).removeprefix("torch."),
-            method=tally.method,
+            method="dspark" if tally.method == "dflash" and from_anchor else tally.method,
         )
 
 
@@ -627,7 +638,7 @@ def _mismatch_message(report: EvalReport) -> str:
             f"{r.id} (first difference at new token {r.first_mismatch})" for r in method.per_prompt if not r.identical
         )
         messages.append(
-            f"{'' if method.method == 'dflash' else method.method + ': '}speculative greedy output differs from "
+            f"{'' if method.method in ('dflash', 'dspark') else method.method + ': '}speculative greedy output differs from "
             f"plain greedy target output for {len(method.mismatched_prompts)} of {method.num_prompts} prompts: {details}"
         )
     return "; ".join(messages)
@@ -645,5 +656,10 @@ def _check_pair(target, drafter: DFlashDraftModel) -> None:
         )
     if drafter.mask_token_id >= target.get_input_embeddings().num_embeddings:
         problems.append(f"mask_token_id {drafter.mask_token_id} is outside the target's embedding table")
+    markov = getattr(drafter, "markov_head", None)
+    if markov is not None and markov.markov_w1.num_embeddings != target_config.vocab_size:
+        # The Markov table is indexed by the target's tokens: another vocabulary is an index error mid-decode.
+        problems.append(f"the Markov head covers {markov.markov_w1.num_embeddings} tokens, the target's vocabulary "
+                        f"{target_config.vocab_size}")
     if problems:
         raise InputError("drafter does not fit this target: " + "; ".join(problems))

@@ -199,6 +199,31 @@ def mask_embedding_state(path: str | os.PathLike, config: DFlashConfig) -> dict[
     return {_MASK_PARAMETER: embedding.reshape(-1)}
 
 
+def nonfinite_description(tensor: torch.Tensor) -> str | None:
+    """How many NaN / +-Inf values a float tensor holds ("3 NaN, 1 +Inf of 4096 values"), or None.
+
+    One NaN anywhere poisons every logit it reaches: a drafter with one drafts garbage (or, after an
+    argmax over NaN, token 0) while every shape and config check passes."""
+    if not tensor.is_floating_point():
+        return None
+    values = tensor.detach().float() if tensor.dtype not in (torch.float32, torch.float64) else tensor.detach()
+    if bool(torch.isfinite(values).all()):
+        return None
+    counts = [(int(torch.isnan(values).sum()), "NaN"), (int(torch.isposinf(values).sum()), "+Inf"),
+              (int(torch.isneginf(values).sum()), "-Inf")]
+    return ", ".join(f"{count} {word}" for count, word in counts if count) + f" of {values.numel()} values"
+
+
+def nonfinite_tensors(state: dict[str, torch.Tensor]) -> list[tuple[str, str]]:
+    """(name, description) of every tensor of `state` holding a NaN or an infinity, in name order."""
+    found = []
+    for name in sorted(state):
+        description = nonfinite_description(state[name])
+        if description:
+            found.append((name, description))
+    return found
+
+
 def read_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """All tensors of one safetensors file; a truncated or corrupt file is an `InputError` naming it."""
     read_safetensors_header(path)
@@ -207,6 +232,13 @@ def read_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
             return {name: handle.get_tensor(name) for name in handle.keys()}
     except SafetensorError as error:
         raise InputError(f"{path}: not a readable safetensors file, truncated or corrupt ({error})") from None
+
+
+def _shape_mismatches(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> list[tuple[str, list[int], list[int]]]:
+    """(name, shape in the file, shape the config builds) of every tensor whose shapes differ."""
+    wanted = model.state_dict()
+    return [(name, list(tensor.shape), list(wanted[name].shape)) for name, tensor in sorted(state.items())
+            if name in wanted and tuple(tensor.shape) != tuple(wanted[name].shape)]
 
 
 def load_drafter(
@@ -235,12 +267,25 @@ def load_drafter(
             f"unexpected {extra[:8]}{'...' if len(extra) > 8 else ''}"
         )
     state.update(mask_embedding_state(path, config))
+    broken = nonfinite_tensors(state)
+    if broken:
+        name, description = broken[0]
+        more = f" (and {len(broken) - 1} more tensors)" if len(broken) > 1 else ""
+        raise InputError(f"{path}: {name} holds non-finite values ({description}){more}; the drafter would draft "
+                         "garbage: re-export from a finite checkpoint")
 
     model = drafter_class(config)(config)
+    mismatched = _shape_mismatches(model, state)
+    if mismatched:
+        name, found, expected = mismatched[0]
+        more = f" (and {len(mismatched) - 1} more)" if len(mismatched) > 1 else ""
+        raise InputError(f"{path}: {name} has shape {found}, config.json makes it {expected}{more}; the weights "
+                         "belong to another config (another rank, width or vocabulary): restore it")
     try:
         model.load_state_dict(state, strict=False)
-    except RuntimeError as error:
-        raise InputError(f"{path}: weight shapes do not match config.json: {error}") from error
+    except RuntimeError as error:  # anything the shape comparison above did not foresee, on one line
+        reason = " ".join(str(error).split())
+        raise InputError(f"{path}: weight shapes do not match config.json: {reason[:300]}") from None
     target_dtype = dtype or next(iter(state.values())).dtype
     model = model.to(dtype=target_dtype)
     if device is not None:

@@ -112,13 +112,23 @@ def read_gguf_header(gguf: Path) -> GGUFHeader:
                       tensor_names=names)
 
 
+# The largest chat template file taken: released templates are a few KB, the longest about 20 KB.
+MAX_TEMPLATE_BYTES = 1 << 20
+
+
 def read_chat_template(path: Path) -> str:
     """The Jinja chat template in file `path` (`--chat-template`), checked to parse."""
+    from draftsmith.core.readers import read_regular_bytes
+
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"--chat-template {path}: no such file")
+    try:  # a plain file only: a directory, FIFO or device is named as what it is
+        data = read_regular_bytes(path, MAX_TEMPLATE_BYTES)
+    except FileNotFoundError:
+        raise InputError(f"--chat-template {path}: no such file") from None
+    except InputError as error:
+        raise InputError(f"--chat-template {error}") from None
     try:
-        text = path.read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise InputError(f"--chat-template {path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     if not text.strip():
@@ -310,6 +320,13 @@ def convert_gguf(
     template = read_chat_template(chat_template) if chat_template is not None else None
     if template is None and header.chat_template is None:
         raise _no_template(gguf)
+    from draftsmith.data.template_probe import PLACEHOLDER_TOKENS, probe_chat_template
+
+    # Rendered once on probe conversations before anything is written: a template that never
+    # finishes (or raises on a plain conversation) is refused here, not met by tokenize later.
+    probe_chat_template(template or header.chat_template,
+                        f"--chat-template {chat_template}" if template is not None else f"--gguf {gguf}",
+                        PLACEHOLDER_TOKENS)
     if out_flag:
         refuse_replaced_link(out_dir, out_flag, "models convert")
     elif out_dir.is_symlink():

@@ -265,7 +265,7 @@ def _layer_types(read: _Reader, model_type: str, layers: int) -> list[str]:
 
 
 def _attention(read: _Reader, model_type: str, h: int, heads: int, kv_heads: int, head_dim: int, count: int) -> list[Tensor]:
-    if read.get("kv_lora_rank"):
+    if _is_mla(read):
         return _latent_attention(read, h, heads)
     gate = read.get("attn_output_gate", model_type in _OUTPUT_GATE_TYPES)
     q, kv = heads * head_dim, kv_heads * head_dim
@@ -285,8 +285,18 @@ def _attention(read: _Reader, model_type: str, h: int, heads: int, kv_heads: int
     return tensors
 
 
+def _is_mla(read: _Reader) -> bool:
+    """Whether the config gives MLA's latent: any `kv_lora_rank` it sets (a 0 is refused by `_mla_shape`,
+    not read as "no MLA": a deepseek_v3 planned with a dense cache is 25x too large)."""
+    return read.get("kv_lora_rank") is not None
+
+
 def _mla_shape(read: _Reader) -> dict[str, int]:
     """MLA's dimensions (DeepseekV3Config's defaults where the config leaves one out)."""
+    rank = read.get("kv_lora_rank")
+    if not isinstance(rank, bool) and isinstance(rank, int) and rank == 0:
+        raise read.fail(f"kv_lora_rank {rank}: MLA's compressed KV latent needs a rank of at least 1 (a model "
+                        "without MLA has no kv_lora_rank field)")
     return {
         "kv_lora_rank": read.integer(("kv_lora_rank",), "--kv-bytes-per-token"),
         "q_lora_rank": read.optional("q_lora_rank") or 0,  # null: q_proj straight from the hidden state
@@ -354,6 +364,9 @@ class _MoeLayout:
         self.experts = read.integer(_EXPERT_FIELDS, "--params", default=0, allow_zero=True)
         self.dense_layers = set(read.layer_list("mlp_only_layers", layers))
         self.step = read.optional("decoder_sparse_step") or 1
+        # DeepSeek's rule: layer i routes when i >= first_k_dense_replace and i % moe_layer_freq == 0
+        # (transformers DeepseekV2/V3); 0 or a negative frequency is refused by `check`, not read as 1.
+        self.frequency = read.optional("moe_layer_freq")
         self.first_dense = read.optional("first_k_dense_replace", allow_zero=True) or 0
         if self.first_dense > layers:
             raise read.fail(f"first_k_dense_replace {self.first_dense} is above num_hidden_layers {layers}")
@@ -361,6 +374,12 @@ class _MoeLayout:
         self.routed = self.shared = 0
         self.shared_gate = False
         if not self.experts:
+            per_token = read.get("num_experts_per_tok")
+            if isinstance(per_token, int) and not isinstance(per_token, bool) and per_token > 0:
+                name = next((name for name in _EXPERT_FIELDS if read.get(name) is not None), None)
+                if name is not None:  # experts counted as 0, yet each token picks some: no layout plans that
+                    raise read.fail(f"{name} 0 with num_experts_per_tok {per_token}: a token cannot pick "
+                                    f"{per_token} of no experts; give the expert count the checkpoint holds")
             return
         self.per_token = read.integer(("num_experts_per_tok",), "--params")
         if self.per_token > self.experts:
@@ -380,6 +399,9 @@ class _MoeLayout:
             self.shared_gate = bool(self.shared)
 
     def routes(self, index: int) -> bool:
+        if self.frequency is not None:
+            return bool(self.experts) and index >= self.first_dense and index not in self.dense_layers \
+                and index % self.frequency == 0
         return bool(self.experts) and index >= self.first_dense and index not in self.dense_layers \
             and (index + 1) % self.step == 0
 
@@ -421,7 +443,7 @@ def _model_type(read: _Reader, section: dict, config: dict) -> tuple[str, list[s
         raise read.fail(f"model_type {model_type!r} is a recurrent/state-space family plan engine does not model "
                         f"(it plans {', '.join(sorted(MODELED_TYPES))}); pass --params, --kv-bytes-per-token and "
                         f"--state-bytes instead of --model-config")
-    if model_type in MODELED_TYPES or (read.get("kv_lora_rank") and "deepseek" in model_type):
+    if model_type in MODELED_TYPES or (_is_mla(read) and "deepseek" in model_type):
         return model_type, []
     return model_type, [f"{read.path}: model_type {model_type or '(none)'!r} is not one plan engine models "
                         f"({', '.join(sorted(MODELED_TYPES))}); planned as a decoder of attention and MLP layers from "
@@ -434,7 +456,7 @@ def _heads(read: _Reader, h: int) -> tuple[int, int, int]:
     if kv_heads > heads or heads % kv_heads:
         raise read.fail(f"num_key_value_heads {kv_heads} must divide num_attention_heads {heads}")
     head_dim = read.optional("head_dim")
-    if head_dim is None and not read.get("kv_lora_rank"):
+    if head_dim is None and not _is_mla(read):
         if heads > h:
             raise read.fail(f"num_attention_heads {heads} is above hidden_size {h} and no head_dim is given")
         if h % heads:
@@ -461,7 +483,7 @@ def _read_architecture(read: _Reader) -> Architecture:
     layers = read.integer(("num_hidden_layers",), "--params")
     vocab = read.integer(("vocab_size",), "--params")
     heads, kv_heads, head_dim = _heads(read, h)
-    mla = _mla_shape(read) if read.get("kv_lora_rank") else None
+    mla = _mla_shape(read) if _is_mla(read) else None
     types = _layer_types(read, model_type, layers)
     if mla and SLIDING in types:
         raise read.fail("kv_lora_rank (MLA) with sliding-window layers: plan engine models MLA on full attention only")

@@ -349,7 +349,81 @@ def _dflash(path: Path, config: dict) -> DFlashCost:
     return DFlashCost(arch=arch, block_size=block, feature_width=width)
 
 
-DRAFTER_VARIANTS: dict[str, Callable[[Path, dict], DrafterCost]] = {"DFlashDraftModel": _dflash}
+@dataclass(frozen=True)
+class DSparkCost(DFlashCost):
+    """DSpark: DFlash's forward over [anchor, MASK x (K-1)] (K queries draft K tokens: every position,
+    the anchor's included, predicts), plus per drafted token the Markov bias markov_w2(markov_w1[prev])
+    (r x V) and the confidence head (vLLM qwen3_dspark.py)."""
+
+    markov_rank: int = 0
+    draft_vocab: int = 0
+    confidence_inputs: int = 0  # hidden (+ r with the Markov embedding); 0 without a confidence head
+    variant: str = "dspark"
+
+    @property
+    def draft_positions(self) -> int:
+        return self.block_size
+
+    def step(self, batch: int, draft_tokens: int, tau: float, context: float, head_params: float,
+             kv_bytes: float) -> StepCost:
+        base = DFlashCost.step(self, batch, max(draft_tokens - 1, 0), tau, context, head_params, kv_bytes)
+        heads = self.markov_rank * self.draft_vocab + self.confidence_inputs  # markov_w2 and the confidence proj
+        per_token = 2 * head_params + 2 * heads + 2 * self.markov_rank  # the anchor's logits too; w1 is a lookup
+        extra_flops = batch * draft_tokens * per_token - batch * max(draft_tokens - 1, 0) * 2 * head_params
+        lookups = batch * draft_tokens * self.markov_rank * BF16_BYTES
+        return StepCost(bytes=base.bytes + heads * BF16_BYTES + lookups, flops=base.flops + extra_flops)
+
+
+def _dspark(path: Path, config: dict) -> DSparkCost:
+    dflash = _dflash(path, config)
+    rank = config.get("markov_rank")
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise InputError(f"{path}: markov_rank must be a positive integer in a {config.get('architectures')} export, "
+                         f"got {rank!r}")
+    vocab = config.get("draft_vocab_size") or config.get("vocab_size") or dflash.arch.vocab_size
+    confidence = (dflash.arch.hidden_size + (rank if config.get("confidence_head_with_markov") else 0)
+                  if config.get("enable_confidence_head") else 0)
+    return DSparkCost(arch=dflash.arch, block_size=dflash.block_size, feature_width=dflash.feature_width,
+                      markov_rank=rank, draft_vocab=int(vocab), confidence_inputs=confidence)
+
+
+DRAFTER_VARIANTS: dict[str, Callable[[Path, dict], DrafterCost]] = {"DFlashDraftModel": _dflash,
+                                                                   "Qwen3DSparkModel": _dspark}
+
+
+def draft_positions(drafter: DrafterCost) -> int:
+    """Tokens a drafter's block drafts per step: B-1 for DFlash (the anchor is the target's), B for DSpark."""
+    return int(getattr(drafter, "draft_positions", drafter.block_size - 1))
+
+
+def check_drafter_for_target(export_dir: str | Path, model_config: str | Path, arch: Architecture) -> None:
+    """The drafter was made for this target: its width and vocabulary are the target's, its layer ids are
+    inside the target, and the target architectures it records include the target's. A drafter priced
+    against another model's config is priced wrong by orders of magnitude (a 128-wide one on an 8B)."""
+    from draftsmith.model.shape import read_model_config
+
+    path = Path(export_dir)
+    config = json.loads((path / "config.json" if path.is_dir() else path).read_text())
+    _, target = read_model_config(model_config)
+    flash = config.get("dflash_config") if isinstance(config.get("dflash_config"), dict) else {}
+    problems = []
+    width = config.get("target_hidden_size") or config.get("hidden_size")
+    if width != arch.hidden_size:
+        problems.append(f"hidden size {width} (the target's is {arch.hidden_size})")
+    if config.get("vocab_size") != arch.vocab_size:
+        problems.append(f"vocab_size {config.get('vocab_size')} (the target's is {arch.vocab_size})")
+    layers = flash.get("target_layer_ids") or config.get("target_layer_ids") or []
+    if isinstance(layers, list) and any(isinstance(i, int) and i >= arch.num_layers for i in layers):
+        problems.append(f"target_layer_ids {layers} (the target has {arch.num_layers} layers)")
+    recorded = flash.get("target_architectures")
+    theirs = target.get("architectures")
+    theirs = [theirs] if isinstance(theirs, str) else theirs
+    if isinstance(recorded, list) and recorded and isinstance(theirs, list) and theirs \
+            and not set(map(str, recorded)) & set(map(str, theirs)):
+        problems.append(f"target_architectures {recorded} (the target is {theirs})")
+    if problems:
+        raise InputError(f"--drafter {export_dir}: made for another target than --model-config {model_config}: "
+                         f"{'; '.join(problems)}; give the drafter trained for this target")
 
 
 def read_drafter(export_dir: str | Path) -> DrafterCost:
@@ -506,10 +580,11 @@ def build_inputs(config: SpeculationPlanConfig) -> _Inputs:
         raise InputError("plan speculation needs --output-mean TOKENS (the live context sets the KV read per step)")
     arch = read_architecture(config.model_config_path)
     drafter = read_drafter(config.drafter)
+    check_drafter_for_target(config.drafter, config.model_config_path, arch)
     device, weights = _device_view(resolve_gpu(config.gpu), config.weights or "bf16")
     acceptance, ngram = _profiles(config)
     warnings = []
-    block_positions = drafter.block_size - 1
+    block_positions = draft_positions(drafter)
     if config.draft_tokens is not None:
         ks = _counts(config.draft_tokens, "--draft-tokens", ())
         beyond = [k for k in ks if k > block_positions]

@@ -168,7 +168,7 @@ def _generation_config_eos(tokenizer_path: str | Path | None) -> list[int]:
     return generation_stop_ids(tokenizer_path)
 
 
-def _template_text(tokenizer) -> str:
+def template_text(tokenizer) -> str:
     template = tokenizer.chat_template
     if isinstance(template, dict):
         template = template.get("default", next(iter(template.values()), ""))
@@ -186,6 +186,21 @@ def _template_errors_drop_the_row() -> Iterator[None]:
     except (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError, IndexError) as error:
         message = " ".join(str(error).split()) or type(error).__name__
         raise RowDropped("template_error", f"the chat template raised {type(error).__name__}: {message[:200]}") from None
+
+
+def special_token_pattern(tokenizer) -> re.Pattern[str] | None:
+    """A regex matching the text of every special token of `tokenizer` (its special added tokens, its
+    named ones such as eos and pad, and the drafter's `<|MASK|>` when the vocabulary has it), or None."""
+    from draftsmith.model.config import MASK_TOKEN
+
+    texts = {str(token) for token in getattr(tokenizer, "all_special_tokens", []) or []}
+    for added in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(added, "special", False):
+            texts.add(str(added.content))
+    if MASK_TOKEN in tokenizer.get_vocab():
+        texts.add(MASK_TOKEN)
+    texts = sorted((t for t in texts if t.strip()), key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, texts))) if texts else None
 
 
 def _should_verify(row_id: str, share: float) -> bool:
@@ -221,7 +236,8 @@ class ChatMasker:
         self.primary_end_of_turn = eot_ids[0]
         self.vocab_size = len(tokenizer)
         self.backend = tokenizer.backend_tokenizer
-        self.has_generation_markers = bool(GENERATION_MARKER.search(_template_text(tokenizer)))
+        self.has_generation_markers = bool(GENERATION_MARKER.search(template_text(tokenizer)))
+        self.special_text = special_token_pattern(tokenizer)
 
     @classmethod
     def from_path(cls, tokenizer_path: str | Path, config: MaskerConfig = MaskerConfig()) -> ChatMasker:
@@ -230,7 +246,7 @@ class ChatMasker:
     def template_record(self) -> dict[str, Any]:
         """What the rows were rendered with: the chat template's sha256 and the template kwargs
         (``enable_thinking``, ...), so a drafter can be checked against its serving template."""
-        digest = hashlib.sha256(_template_text(self.tokenizer).encode("utf-8")).hexdigest()
+        digest = hashlib.sha256(template_text(self.tokenizer).encode("utf-8")).hexdigest()
         return {"sha256": digest, "kwargs": dict(sorted(self.template_kwargs.items()))}
 
     # -- public -------------------------------------------------------------------------------
@@ -246,6 +262,7 @@ class ChatMasker:
         # The row's tools are part of the context the model saw: every render of this row gets them.
         self._row_kwargs = {"tools": row["tools"]} if row.get("tools") else {}
         _check_final_turn(row["messages"])  # the same rows are dropped whichever way they are built
+        self._check_no_special_text(row["messages"])
         if (
             config.use_engine_token_ids
             and row.get("prompt_token_ids")
@@ -255,6 +272,25 @@ class ChatMasker:
         else:
             built = self._from_template(row, verify, truncated_generation)
         return self._apply_max_length(built)
+
+    def _check_no_special_text(self, messages: list[dict[str, Any]]) -> None:
+        """No message's text holds a special token's text (`<|MASK|>`, `<|endoftext|>`, `<|im_end|>`...).
+
+        The tokenizer turns such text into the special id wherever it stands, so the row would train
+        the drafter to emit a mask, an end of text or a role marker in mid-answer (and in a prompt it
+        forges a turn boundary). Dropped and counted rather than re-tokenized as plain text: the
+        template renders the conversation into one string, and an engine serving it would read the
+        same characters as the special id too, so no plain-text form of the row is what is served."""
+        if self.special_text is None:
+            return
+        for index, message in enumerate(messages):
+            for key in ("content", "reasoning_content", "reasoning"):
+                value = message.get(key)
+                found = self.special_text.search(value) if isinstance(value, str) else None
+                if found:
+                    raise RowDropped("special_token_in_content",
+                                     f"messages[{index}].{key} contains the special token text {found.group(0)!r}, "
+                                     "which the tokenizer would turn into its special id")
 
     # -- engine token ids -------------------------------------------------------------------
 

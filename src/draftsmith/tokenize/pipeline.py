@@ -29,7 +29,10 @@ from draftsmith.core.lock import lock_directory
 from draftsmith.core.signals import ignore_interrupts_in_worker
 from draftsmith.core.progress import Progress
 from draftsmith.tokenize.config import TokenizeOptions, TokenizeSummary
-from draftsmith.tokenize.masking import POLICY_REASONS, ChatMasker, MaskedRow, MaskerConfig, RowDropped
+from draftsmith.data.template_probe import probe_chat_template, tokenizer_template_variables
+from draftsmith.tokenize.masking import (
+    POLICY_REASONS, ChatMasker, MaskedRow, MaskerConfig, RowDropped, load_tokenizer, template_text,
+)
 from draftsmith.data.conversation import conversation_from_row
 from draftsmith.data.thinking import choose_thinking
 from draftsmith.data.generated import INCOMPLETE_ANSWER, engine_fields, incomplete_answer
@@ -273,7 +276,13 @@ def _tokenize_dataset(
     partial = check_finished(inputs, options.allow_partial)
     output = Path(output_dir)
     tokenizer_path = str(tokenizer_path)
-    masker = ChatMasker.from_path(tokenizer_path, options.masker_config())  # a bad tokenizer fails here
+    tokenizer = load_tokenizer(tokenizer_path)  # a bad tokenizer fails here
+    masker_config = options.masker_config()
+    # A template that never finishes, recurses or builds gigabytes is one line before anything renders it
+    # (the masker renders it to find the end-of-turn token), not a hang or a RecursionError on a row.
+    probe_chat_template(template_text(tokenizer), f"--tokenizer {tokenizer_path}",
+                        {**tokenizer_template_variables(tokenizer), **dict(masker_config.chat_template_kwargs)})
+    masker = ChatMasker(tokenizer, masker_config, tokenizer_path)
     existing = prepare_output_dir(output, options.overwrite, options.resume)
     if not existing:  # nothing kept from an earlier run: its settings do not matter
         (output / MANIFEST_NAME).unlink(missing_ok=True)

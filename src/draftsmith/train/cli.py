@@ -26,7 +26,10 @@ def train(config: TrainConfig) -> None:
     from draftsmith.train.trainer import train_drafter
 
     result = train_drafter(config)
-    if int(os.environ.get("RANK", "0")) == 0:
+    if int(os.environ.get("RANK", "0")) == 0 and result.extra.get("already_finished"):
+        typer.echo(f"already finished: {result.steps} steps, loss {result.first_loss:.4f} -> {result.final_loss:.4f}, "
+                   f"train tau ~{result.train_tau:.2f}; drafter in {result.drafter_dir}")
+    elif int(os.environ.get("RANK", "0")) == 0:
         typer.echo(
             f"trained {result.steps} steps in {result.elapsed_s:.1f}s: loss {result.first_loss:.4f} -> "
             f"{result.final_loss:.4f}, train tau ~{result.train_tau:.2f}, anchor coverage {result.anchor_coverage:.1%}; "

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from draftsmith.core.config import BlockSize, DType, SequenceTokens, StorageDType, Threads, cli
 
@@ -110,6 +110,27 @@ class TrainConfig(BaseModel):
         None, ge=1,
         description="time N steps after warm-up, write <out>/train_benchmark.json (for `plan --train --train-bench`) and stop",
     )
+
+    @model_validator(mode="after")
+    def _no_flag_of_another_variant_or_loss(self) -> TrainConfig:
+        """A setting given (flag or config-file key) that this run's drafter or loss never reads is refused,
+        not ignored: `--markov-rank` on DFlash or `--gamma` with D-PACE trains something other than asked."""
+        given = self.model_fields_set
+        foreign = []
+        if self.drafter != "dspark":
+            foreign += [(name, "--drafter dspark") for name in ("markov_rank", "confidence_head")
+                        if name in given and (name != "markov_rank" or self.markov_rank is not None)]
+        if self.loss_weights != "dpace" and "dpace_alpha" in given:
+            foreign.append(("dpace_alpha", "--loss-weights dpace"))
+        if self.loss_weights != "decay" and "gamma" in given and self.gamma is not None:
+            foreign.append(("gamma", "--loss-weights decay"))
+        if foreign:
+            name, owner = foreign[0]
+            flag = "--" + name.replace("_", "-")
+            this = f"--drafter {self.drafter}" if owner.startswith("--drafter") else f"--loss-weights {self.loss_weights}"
+            raise ValueError(f"{flag} is a setting of {owner}, and this run trains with {this}, which never reads it: "
+                             f"leave {flag} out or pass {owner}")
+        return self
 
 
 class ExtractConfig(BaseModel):

@@ -374,6 +374,10 @@ def _train(config: TrainConfig, context: DistributedContext) -> TrainResult:
                                 "scaler": scaler}, keep=config.keep_checkpoints, config=config.model_dump(mode="json"))  # fmt: skip
     resumed_from = checkpointer.restore(run.found) if run.found is not None else None
     run.found = None  # released: the optimizer holds its state now
+    if resumed_from is not None and state.step >= total_steps:
+        finished = _already_finished(out_dir, context, state.step, total_steps)
+        if finished is not None:  # no step to take: rewriting the summary would only blank its metrics
+            return finished
     if config.eval_prompts is not None:
         _keep_the_published_best(state, out_dir, context)
     _announce(config, context, trainer, run, total_steps, per_epoch, resumed_from)
@@ -441,6 +445,48 @@ def train_time_cuts(config: TrainConfig, compute_dtype: str) -> list[str]:
 def _past(deadline: float, context: DistributedContext) -> bool:
     """Whether rank 0's clock is past the deadline; every rank gets the same answer, so all stop together."""
     return bool(broadcast_object(time.perf_counter() >= deadline if context.is_main else None, context))
+
+
+def _already_finished(out_dir: Path, context: DistributedContext, step: int, total_steps: int) -> TrainResult | None:
+    """The kept result of a run that already took all its steps (its train_summary.json), said on stderr;
+    None when there is no readable summary (a run killed between its last checkpoint and the summary
+    finishes normally, its metrics taken from train_log.jsonl)."""
+    from draftsmith.core.readers import read_json
+
+    try:
+        summary = read_json(out_dir / "train_summary.json", "train summary", missing_ok=True)
+        if not isinstance(summary, dict):
+            return None
+        fields = {key: summary[key] for key in TrainResult.__dataclass_fields__ if key in summary}
+        for key in ("first_loss", "final_loss", "train_tau", "anchor_coverage"):  # strict JSON wrote NaN as null
+            fields[key] = float("nan") if fields.get(key) is None else fields[key]
+        result = TrainResult(**{**fields, "out_dir": Path(fields["out_dir"]), "drafter_dir": Path(fields["drafter_dir"]),
+                                "losses": [tuple(item) for item in fields.get("losses", [])]})
+    except (InputError, KeyError, TypeError):
+        return None
+    if not (out_dir / FINAL_DIR / "config.json").is_file():
+        return None
+    if context.is_main:
+        print(f"train: the run in {out_dir} already finished (step {step} of {total_steps}); nothing to resume, "
+              "its train_summary.json is kept (raise --epochs or --max-steps to train further)", file=sys.stderr, flush=True)
+    result.extra = {**result.extra, "already_finished": True}
+    return result
+
+
+def _last_logged_metrics(path: Path) -> dict:
+    """The last step record of `train_log.jsonl` that carries metrics (eval records do not), or {}."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return {}
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "train_tau" in record and "acc_by_offset" in record:
+            return record
+    return {}
 
 
 def _train_step(trainer: DrafterTrainer, model, optimizer, scaler, metrics: MetricsAccumulator, step_batch: StepBatch,
@@ -559,6 +605,8 @@ class RunLog:
         self.window_covered = self.window_trainable = 0
         if self.main:
             cut_log(self.path, step)  # records past the checkpoint would repeat
+            # A resumed run that takes no further step reports the metrics logged before its checkpoint.
+            self.last_record = _last_logged_metrics(self.path) if step else {}
         self.handle = open_append(self.path) if self.main else None
         self.reporter = make_reporter(config.report_to if self.main else "none", out_dir, config.model_dump(mode="json"))
         self.progress = Progress("train", total_steps, unit="steps", token_unit="tok", enabled=config.progress and self.main,
