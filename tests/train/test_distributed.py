@@ -182,3 +182,41 @@ def test_dpace_two_ranks_and_fsdp_equal_one_process(regenerated, tiny_target_dir
             assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-5), run.name
         for name, tensor in _weights(tmp_path / "one").items():
             torch.testing.assert_close(_weights(run)[name], tensor, rtol=1e-4, atol=1e-5, msg=f"{run.name} {name}")
+
+
+def test_muon_two_ranks_and_fsdp_equal_one_process_and_fsdp_resumes_exactly(regenerated, tiny_target_dir, tmp_path):
+    # Muon orthogonalises each matrix's whole update: under FSDP2 its Newton-Schulz runs on the
+    # sharded (DTensor) gradients, which must give the replicated run's update.
+    muon = ("--optimizer", "muon")
+    ddp, fsdp = tmp_path / "ddp", tmp_path / "fsdp"
+    torchrun(tiny_target_dir, regenerated, ddp, "--sharding", "ddp", *muon)
+    torchrun(tiny_target_dir, regenerated, fsdp, "--sharding", "fsdp", *muon)
+    single = train_drafter(TrainConfig(target=tiny_target_dir, data=regenerated, out=tmp_path / "one", dtype="fp32", device="cpu",
+                                       num_threads=1, progress=False, data_workers=0, optimizer="muon",
+                                       **{**SHAPE, "grad_accum": 4}))  # fmt: skip
+    assert json.loads((tmp_path / "one" / "manifest.json").read_text())["settings"]["optimizer"] == "muon"
+    one_weights = _weights(tmp_path / "one")
+    for run in (ddp, fsdp):
+        summary = json.loads((run / "train_summary.json").read_text())
+        for (step, two), (_, one) in zip(summary["losses"], single.losses, strict=True):
+            assert two == pytest.approx(one, rel=1e-5), (run.name, step)
+        for two, one in zip(_log(run), _log(tmp_path / "one"), strict=True):
+            assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-5), run.name
+        # Newton-Schulz runs in bf16: a last-bit difference of the summed gradients can round one
+        # element of an update otherwise; 1e-4 is ~0.05 lr, far below a step (lr 2e-3).
+        for name, tensor in one_weights.items():
+            torch.testing.assert_close(_weights(run)[name], tensor, rtol=1e-3, atol=1e-4, msg=f"{run.name} {name}")
+
+    # FSDP, cut after the step-2 checkpoint: the resumed run replays steps 3 and 4 exactly.
+    cut = tmp_path / "cut"
+    shutil.copytree(fsdp, cut)
+    shutil.rmtree(cut / "checkpoints" / "step-00000004")
+    shutil.rmtree(cut / "drafter")
+    torchrun(tiny_target_dir, regenerated, cut, "--sharding", "fsdp", "--resume", *muon)
+    resumed = json.loads((cut / "train_summary.json").read_text())
+    fsdp_losses = json.loads((fsdp / "train_summary.json").read_text())["losses"]
+    assert resumed["resumed_from_step"] == 2
+    for (step, a), (_, b) in zip(fsdp_losses, resumed["losses"], strict=True):
+        assert a == pytest.approx(b, rel=1e-6, abs=1e-7), step
+    for name, tensor in _weights(fsdp).items():
+        torch.testing.assert_close(_weights(cut)[name], tensor, rtol=1e-6, atol=1e-7, msg=name)
