@@ -146,7 +146,32 @@ def test_online_soft_targets_train_and_the_target_rows_are_its_next_token_distri
     torch.testing.assert_close(ours, logits[sequence, position], rtol=1e-4, atol=1e-4)
 
 
-def test_soft_targets_offline_are_one_line_and_exit_2(regenerated, tiny_target_dir, tmp_path, capsys):
-    code = _train(tiny_target_dir, regenerated, tmp_path / "o", "--soft-targets", "kl", "--offline", str(tmp_path))
+def test_offline_soft_targets_from_the_stored_last_layer_equal_online_and_without_it_exit_2(regenerated, tiny_target_dir,
+                                                                                            tmp_path, capsys):  # fmt: skip
+    from draftsmith.train import TrainConfig, extract_features, load_tokenized
+    from draftsmith.train.distributed import init_distributed
+    from draftsmith.train.trainer import DrafterTrainer
+
+    # The tiny target has 4 layers: its last (3) stored, its output through the final norm and head is the target's distribution.
+    with_last, without = tmp_path / "with-last", tmp_path / "without"
+    extract_features(tiny_target_dir, regenerated, with_last, target_layer_ids=[1, 3], dtype="float32", progress=False)
+    extract_features(tiny_target_dir, regenerated, without, target_layer_ids=[1, 2], dtype="float32", progress=False)
+    capsys.readouterr()
+    online = TrainConfig(target=tiny_target_dir, data=regenerated, out=tmp_path / "on", block_size=8, num_draft_layers=1,
+                         dtype="fp32", device="cpu", soft_targets="tv", target_layer_ids=[1, 3], num_anchors=8)  # fmt: skip
+    dataset = load_tokenized(regenerated)
+    online_trainer = DrafterTrainer(online, init_distributed("cpu"), dataset)
+    offline_trainer = DrafterTrainer(online.model_copy(update={"offline_features": with_last}), init_distributed("cpu"), dataset)
+    assert offline_trainer.target is None
+    batch = online_trainer.make_batch([0, 5, 17], epoch=0)
+    _, online_final = online_trainer.context_inputs(batch, [0, 5, 17])
+    _, offline_final = offline_trainer.context_inputs(batch, [0, 5, 17])
+    real = batch.context_mask.bool()
+    torch.testing.assert_close(offline_final[real], online_final[real], rtol=1e-5, atol=1e-5)
+    on, _ = online_trainer.forward_loss(online_trainer.drafter, [0, 5, 17], 0)
+    off, _ = offline_trainer.forward_loss(offline_trainer.drafter, [0, 5, 17], 0)
+    assert off.loss.item() == pytest.approx(on.loss.item(), rel=1e-5)
+
+    code = _train(tiny_target_dir, regenerated, tmp_path / "o", "--soft-targets", "kl", "--offline", str(without))
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "--soft-targets kl" in err[0], err
+    assert code == 2 and len(err) == 1 and "--soft-targets kl" in err[0] and "including 3" in err[0], err

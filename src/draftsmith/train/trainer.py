@@ -164,6 +164,14 @@ class DrafterTrainer:
         else:
             self.target = None
             self.embed_tokens, self.lm_head = load_embedding_and_head(config.target, self.device, self.target_dtype)
+        self.final_norm = self.last_layer_slot = None
+        if self.features is not None and config.soft_targets != "off":
+            from draftsmith.model.target import load_final_norm
+
+            # Offline soft targets: the last layer's stored feature (its pre-norm output, `check_recipe_options`)
+            # through the target's final norm and LM head is the target's own next-token logits.
+            self.final_norm = load_final_norm(config.target, self.device, self.target_dtype)
+            self.last_layer_slot = self.layer_ids.index(int(target_config.get_text_config().num_hidden_layers) - 1)
 
         # The same seed gives the same initial drafter on every rank and in every mode.
         torch.manual_seed(config.seed)
@@ -254,7 +262,13 @@ class DrafterTrainer:
         if stored is None:
             stored = self.source.stored_features(sample_indices, batch.context_ids.shape[1])
         # Stored in bf16 by default, copied as stored (pinned on CUDA); the drafter's fp32 weights (or autocast) take float32.
-        return stored.to(self.device, non_blocking=True).float(), None
+        features = stored.to(self.device, non_blocking=True).float()
+        if self.final_norm is None:
+            return features, None
+        width = features.shape[-1] // len(self.layer_ids)
+        last = features[..., self.last_layer_slot * width : (self.last_layer_slot + 1) * width]
+        with self.autocast():
+            return features, self.final_norm(last.to(self.target_dtype))
 
     def forward_loss(self, drafter, sample_indices: list[int], epoch: int):
         """Loss of one micro-batch; `drafter` is the (possibly DDP/FSDP-wrapped) module to call."""
@@ -354,8 +368,15 @@ def check_drafter_options(config: TrainConfig) -> None:
 def check_recipe_options(config: TrainConfig) -> None:
     """Loss and optimizer choices that cannot work together, before anything loads (exit 2 naming the flag)."""
     if config.soft_targets != "off" and config.offline_features is not None:
-        raise InputError(f"--soft-targets {config.soft_targets}: needs the target's logits, which --offline features do not "
-                         "hold; train online (without --offline) or use --soft-targets off")
+        from draftsmith.model.feature_store import FeatureStore
+        from draftsmith.model.target import load_target_config
+
+        last = int(load_target_config(config.target).get_text_config().num_hidden_layers) - 1
+        layers = FeatureStore(config.offline_features).layer_ids
+        if last not in layers:
+            raise InputError(f"--soft-targets {config.soft_targets}: offline, the target's distribution comes from its last layer's "
+                             f"stored feature, but {config.offline_features} holds layers {layers}, not {last}; extract with "
+                             f"--target-layer-ids including {last}, or train online")
 
 
 def build_optimizer(drafter: torch.nn.Module, config: TrainConfig, total_steps: int):
