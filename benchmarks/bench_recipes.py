@@ -67,7 +67,7 @@ def log(message: str) -> None:
 
 def recipes(settings: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(row name, TrainConfig overrides) of the trained rows (6-12: `--optimizer muon` and `--soft-targets`,
-    everything else as rows 1 and 4; the SmolLM2 rows train offline, where soft targets are refused)."""
+    everything else as rows 1 and 4; SmolLM2 trains offline from features without the target's last layer: no soft rows)."""
     return [
         ("1 DFlash + decay", dict(loss_weights="decay")),
         ("2 DFlash + D-PACE", dict(loss_weights="dpace")),
@@ -281,7 +281,7 @@ def run_target(name: str, settings: dict, seeds: list[int], work: Path, threads:
     else:
         target, tokenized, eval_file, features = smollm2_data(settings, work / "data", threads)
     rows = chosen(recipes(settings), settings.get("rows"))
-    if features is not None:  # offline: soft targets need the target's logits, which features do not hold
+    if features is not None:  # offline soft targets need the target's last layer, which these features do not hold
         rows = [(row, overrides) for row, overrides in rows if overrides.get("soft_targets", "off") == "off"]
     runs: dict[int, dict] = {}
     for seed in seeds:
@@ -319,6 +319,8 @@ def run_target(name: str, settings: dict, seeds: list[int], work: Path, threads:
         evaluation = in_child(_evaluate, target, {row: trained[row]["drafter_dir"] for row, _ in rows}, eval_file,
                               settings, seed, threads)
         log(f"{name} seed {seed}: eval of {evaluation['num_prompts']} prompts took {time.perf_counter() - started:.0f} s")
+        log(f"{name} seed {seed}: held-out tau " + ", ".join(
+            f"{row.split()[0]} {evaluation['methods'][row]['tau']:.3f}" for row, _ in rows))
         runs[seed] = {"trained": trained, "eval": evaluation}
     return {"settings": settings, "seeds": seeds, "runs": runs, "rows": [row for row, _ in rows], "timing_repeats": repeats}
 

@@ -261,7 +261,7 @@ def dflash_loss_from_hidden(
     the rows never waits on the device. Without it they are computed here (a sync on a GPU).
 
     `soft_targets` "kl" or "tv" with `target` (the target's rows, `TargetRows`): the loss is
-    against the target's full next-token distribution (`SOFT_TARGET_MIX`), chunked alike.
+    against the target's full next-token distribution (`SOFT_TARGETS`), chunked alike.
     """
     if soft_targets == "off":
         ce, hit = _kept_cross_entropy(hidden, score, labels, label_mask, chunk_rows, keep)
@@ -281,11 +281,12 @@ SOFT_TARGETS = ("off", "kl", "tv")
 
 def _soft_mix(soft_targets: str, target) -> tuple[float, float]:
     """(divergence weight, L1 weight) of a soft-target loss."""
-    if soft_targets not in SOFT_TARGETS:
+    mixes = {"kl": (1.0, 0.0), "tv": (DSPARK_CE_WEIGHT, DSPARK_TV_WEIGHT)}
+    if soft_targets not in mixes:
         raise ValueError(f"soft_targets must be one of {', '.join(SOFT_TARGETS)}, got {soft_targets!r}")
-    if soft_targets != "off" and target is None:
+    if target is None:
         raise ValueError(f"soft_targets {soft_targets!r} needs the target's rows (`target`)")
-    return {"kl": (1.0, 0.0), "tv": (DSPARK_CE_WEIGHT, DSPARK_TV_WEIGHT)}.get(soft_targets, (DSPARK_CE_WEIGHT, DSPARK_TV_WEIGHT))
+    return mixes[soft_targets]
 
 
 @dataclass(frozen=True)
