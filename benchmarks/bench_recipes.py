@@ -222,7 +222,7 @@ def tiny_data(settings: dict, work: Path) -> tuple[Path, Path, Path | None]:
     from draftsmith.demo.pipeline import _generate, _tokenize_and_audit, _write_prompts
     from draftsmith.tiny import build_tiny_target
 
-    target = build_tiny_target(log=log)
+    target = Path(settings["tiny_target"]) if settings.get("tiny_target") else build_tiny_target(log=log)
     done = work / "data.done"
     if done.exists():
         log(f"reusing the regenerated, tokenized data of {work}")
@@ -381,6 +381,8 @@ def parse_settings(args, name: str) -> dict:
         if value is not None:
             settings[key] = value
     settings.update(markov_rank=args.markov_rank, rows=args.rows)
+    if name == "tiny" and args.tiny_target is not None:
+        settings["tiny_target"] = str(args.tiny_target)
     return settings
 
 
@@ -400,6 +402,8 @@ def main() -> int:
         parser.add_argument("--" + key.replace("_", "-"), type=int, help="default: per target (see TARGETS)")
     parser.add_argument("--lr", type=float, help="default: per target (see TARGETS)")
     parser.add_argument("--markov-rank", type=int, help="the DSpark rows' Markov rank (default: the trainer's, 256)")
+    parser.add_argument("--tiny-target", type=Path, help="a built tiny target directory to use (default: build_tiny_target's, "
+                        "built if missing)")
     parser.add_argument("--rows", help="comma-separated row numbers to train (row 1 always runs: the baseline)")
     args = parser.parse_args()
     targets = [name.strip() for name in args.targets.split(",") if name.strip()]

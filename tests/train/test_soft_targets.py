@@ -156,7 +156,6 @@ def test_offline_soft_targets_from_the_stored_last_layer_equal_online_and_withou
     with_last, without = tmp_path / "with-last", tmp_path / "without"
     extract_features(tiny_target_dir, regenerated, with_last, target_layer_ids=[1, 3], dtype="float32", progress=False)
     extract_features(tiny_target_dir, regenerated, without, target_layer_ids=[1, 2], dtype="float32", progress=False)
-    capsys.readouterr()
     online = TrainConfig(target=tiny_target_dir, data=regenerated, out=tmp_path / "on", block_size=8, num_draft_layers=1,
                          dtype="fp32", device="cpu", soft_targets="tv", target_layer_ids=[1, 3], num_anchors=8)  # fmt: skip
     dataset = load_tokenized(regenerated)
@@ -172,6 +171,7 @@ def test_offline_soft_targets_from_the_stored_last_layer_equal_online_and_withou
     off, _ = offline_trainer.forward_loss(offline_trainer.drafter, [0, 5, 17], 0)
     assert off.loss.item() == pytest.approx(on.loss.item(), rel=1e-5)
 
+    capsys.readouterr()
     code = _train(tiny_target_dir, regenerated, tmp_path / "o", "--soft-targets", "kl", "--offline", str(without))
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--soft-targets kl" in err[0] and "including 3" in err[0], err
