@@ -367,6 +367,9 @@ def check_drafter_options(config: TrainConfig) -> None:
 
 def check_recipe_options(config: TrainConfig) -> None:
     """Loss and optimizer choices that cannot work together, before anything loads (exit 2 naming the flag)."""
+    if config.optimizer == "muon" and config.sharding == "fsdp":
+        raise InputError("--optimizer muon: --sharding fsdp is not supported yet (Muon on the sharded matrices has not been "
+                         "shown equal to one process); use --sharding ddp")
     if config.soft_targets != "off" and config.offline_features is not None:
         from draftsmith.model.feature_store import FeatureStore
         from draftsmith.model.target import load_target_config
