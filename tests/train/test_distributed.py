@@ -208,5 +208,5 @@ def test_muon_two_ranks_equal_one_process_and_fsdp_is_refused(regenerated, tiny_
         moved = float((tensor - initial[name]).norm())
         assert moved > 0 and float((_weights(ddp)[name] - tensor).norm()) <= 1e-1 * moved, name
     # Under FSDP2 Muon's losses drifted 1.3e-4 from one process by step 3 (10x DDP's): refused until explained.
-    completed = torchrun(tiny_target_dir, regenerated, tmp_path / "fsdp", "--sharding", "fsdp", *muon, expect=2)
+    completed = torchrun(tiny_target_dir, regenerated, tmp_path / "fsdp", "--sharding", "fsdp", *muon, expect=1)  # torchrun: 1
     assert "--optimizer muon: --sharding fsdp" in completed.stderr
