@@ -4,11 +4,13 @@
     PYTHONPATH=src python benchmarks/bench_recipes.py --targets tiny --seeds 0,1,2 --steps 200 --threads 1
     PYTHONPATH=src python benchmarks/bench_recipes.py --targets smollm2 --seeds 0 --steps 150 --threads 1
 
-Rows (issue 31 item 6): 1. DFlash + decay (the paper's loss weights), 2. DFlash + D-PACE,
+Rows: 1. DFlash + decay (the paper's loss weights), 2. DFlash + D-PACE,
 3. DFlash + D-PACE with more anchors per document (higher anchor coverage), 4. DSpark, 2 layers,
-5. DSpark, 3 layers; and, on the same held-out prompts, prompt lookup (n-gram) and the untrained
+5. DSpark, 3 layers, 6./7. rows 1 and 4 with `--optimizer muon`, 8. DFlash with `--soft-targets kl`,
+9. DSpark with `--soft-targets tv`, 10./11. DSpark with soft KL / TV and Muon, 12. DFlash with soft KL
+and Muon (`--rows` picks); and, on the same held-out prompts, prompt lookup (n-gram) and the untrained
 drafter of row 1's shape. Each row reports held-out tau, per-position acceptance (first positions),
-the step time (one micro-batch's forward + backward, the rows' trainers timed interleaved in one
+the step time (one micro-batch's forward + backward + optimizer step, the rows' trainers timed interleaved in one
 process on the same samples, best of --timing-repeats, so that a shared machine's load falls on
 every row alike) and its ratio to row 1 (item 7's DSpark step cost at these training settings),
 the training run's own wall-clock ms/step (train_log.jsonl, first to last log point; on a loaded
@@ -64,7 +66,8 @@ def log(message: str) -> None:
 
 
 def recipes(settings: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(row name, TrainConfig overrides) of the five trained rows."""
+    """(row name, TrainConfig overrides) of the trained rows (6-12: `--optimizer muon` and `--soft-targets`,
+    everything else as rows 1 and 4; SmolLM2 trains offline from features without the target's last layer: no soft rows)."""
     return [
         ("1 DFlash + decay", dict(loss_weights="decay")),
         ("2 DFlash + D-PACE", dict(loss_weights="dpace")),
@@ -72,6 +75,16 @@ def recipes(settings: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
          dict(loss_weights="dpace", num_anchors=settings["more_anchors"])),
         ("4 DSpark, 2 layers", dict(drafter="dspark", num_draft_layers=2, markov_rank=settings.get("markov_rank"))),
         ("5 DSpark, 3 layers", dict(drafter="dspark", num_draft_layers=3, markov_rank=settings.get("markov_rank"))),
+        ("6 DFlash + Muon", dict(optimizer="muon")),
+        ("7 DSpark + Muon", dict(drafter="dspark", num_draft_layers=2, markov_rank=settings.get("markov_rank"), optimizer="muon")),
+        ("8 DFlash + soft KL", dict(soft_targets="kl")),
+        ("9 DSpark + soft TV", dict(drafter="dspark", num_draft_layers=2, markov_rank=settings.get("markov_rank"),
+                                    soft_targets="tv")),
+        ("10 DSpark + soft KL + Muon", dict(drafter="dspark", num_draft_layers=2, markov_rank=settings.get("markov_rank"),
+                                            soft_targets="kl", optimizer="muon")),
+        ("11 DSpark + soft TV + Muon", dict(drafter="dspark", num_draft_layers=2, markov_rank=settings.get("markov_rank"),
+                                            soft_targets="tv", optimizer="muon")),
+        ("12 DFlash + soft KL + Muon", dict(soft_targets="kl", optimizer="muon")),
     ]
 
 
@@ -145,7 +158,7 @@ def ms_per_step(out: Path) -> float:
 
 
 def _time_steps(configs: dict[str, Any], threads: int, repeats: int) -> dict:
-    """ms of one micro-batch's forward + backward per row (target forward included when online), the
+    """ms of one micro-batch's forward + backward + optimizer step per row (target forward included when online), the
     rows timed interleaved on the same samples and the best of `repeats` kept (after a warm-up
     round): on a shared, loaded machine the load falls on every row alike, unlike the wall-clock step
     times of the training runs, which ran minutes apart."""
@@ -155,17 +168,19 @@ def _time_steps(configs: dict[str, Any], threads: int, repeats: int) -> dict:
     from draftsmith.train import load_tokenized
     from draftsmith.train.distributed import init_distributed
     from draftsmith.train.loader import trainable_indices
-    from draftsmith.train.trainer import DrafterTrainer
+    from draftsmith.train.trainer import DrafterTrainer, build_optimizer
 
     torch.set_num_threads(threads)
     first = next(iter(configs.values()))
     dataset = load_tokenized(first.data, max_length=first.max_length)
     samples = [int(index) for index in trainable_indices(dataset)[: first.batch_size]]
     trainers = {row: DrafterTrainer(config, init_distributed("cpu"), dataset) for row, config in configs.items()}
+    # Each row's own optimizer (Muon's orthogonalisation costs time AdamW's update does not).
+    optimizers = {row: build_optimizer(trainer.drafter, trainer.config, 100)[0] for row, trainer in trainers.items()}
     times: dict[str, list[float]] = {row: [] for row in trainers}
     for _ in range(repeats + 1):
         for row, trainer in trainers.items():
-            times[row].append(_step(trainer, samples))
+            times[row].append(sum(_step(trainer, optimizers[row], samples)))
     return {row: 1e3 * min(values[1:]) for row, values in times.items()}
 
 
@@ -207,7 +222,7 @@ def tiny_data(settings: dict, work: Path) -> tuple[Path, Path, Path | None]:
     from draftsmith.demo.pipeline import _generate, _tokenize_and_audit, _write_prompts
     from draftsmith.tiny import build_tiny_target
 
-    target = build_tiny_target(log=log)
+    target = Path(settings["tiny_target"]) if settings.get("tiny_target") else build_tiny_target(log=log)
     done = work / "data.done"
     if done.exists():
         log(f"reusing the regenerated, tokenized data of {work}")
@@ -266,6 +281,8 @@ def run_target(name: str, settings: dict, seeds: list[int], work: Path, threads:
     else:
         target, tokenized, eval_file, features = smollm2_data(settings, work / "data", threads)
     rows = chosen(recipes(settings), settings.get("rows"))
+    if features is not None:  # offline soft targets need the target's last layer, which these features do not hold
+        rows = [(row, overrides) for row, overrides in rows if overrides.get("soft_targets", "off") == "off"]
     runs: dict[int, dict] = {}
     for seed in seeds:
         trained: dict[str, dict] = {}
@@ -302,6 +319,8 @@ def run_target(name: str, settings: dict, seeds: list[int], work: Path, threads:
         evaluation = in_child(_evaluate, target, {row: trained[row]["drafter_dir"] for row, _ in rows}, eval_file,
                               settings, seed, threads)
         log(f"{name} seed {seed}: eval of {evaluation['num_prompts']} prompts took {time.perf_counter() - started:.0f} s")
+        log(f"{name} seed {seed}: held-out tau " + ", ".join(
+            f"{row.split()[0]} {evaluation['methods'][row]['tau']:.3f}" for row, _ in rows))
         runs[seed] = {"trained": trained, "eval": evaluation}
     return {"settings": settings, "seeds": seeds, "runs": runs, "rows": [row for row, _ in rows], "timing_repeats": repeats}
 
@@ -326,7 +345,7 @@ def table(name: str, outcome: dict, base_rss: int) -> str:
         f"{name}: {len(seeds)} seed(s) {', '.join(map(str, seeds))}; {settings['steps']} steps, block {settings['block_size']}, "
         f"DFlash {settings['draft_layers']} layers, {settings['num_anchors']} anchors/doc unless named, batch "
         f"{settings['batch_size']}, lr {settings['lr']:g}, fp32; eval: {runs[seeds[0]]['eval']['num_prompts']} held-out "
-        f"prompts x {settings['eval_max_new_tokens']} new tokens, greedy. step ms: one micro-batch's forward + backward, "
+        f"prompts x {settings['eval_max_new_tokens']} new tokens, greedy. step ms: one micro-batch's forward + backward + optimizer step, "
         f"rows interleaved, best of {outcome['timing_repeats']}; train ms/step (wall): the training run's own, on a loaded "
         f"machine; peak RSS: the forked training process (base {base_rss / 2**20:.0f} MiB of imported libraries)",
         "",
@@ -362,6 +381,8 @@ def parse_settings(args, name: str) -> dict:
         if value is not None:
             settings[key] = value
     settings.update(markov_rank=args.markov_rank, rows=args.rows)
+    if name == "tiny" and args.tiny_target is not None:
+        settings["tiny_target"] = str(args.tiny_target)
     return settings
 
 
@@ -381,6 +402,8 @@ def main() -> int:
         parser.add_argument("--" + key.replace("_", "-"), type=int, help="default: per target (see TARGETS)")
     parser.add_argument("--lr", type=float, help="default: per target (see TARGETS)")
     parser.add_argument("--markov-rank", type=int, help="the DSpark rows' Markov rank (default: the trainer's, 256)")
+    parser.add_argument("--tiny-target", type=Path, help="a built tiny target directory to use (default: build_tiny_target's, "
+                        "built if missing)")
     parser.add_argument("--rows", help="comma-separated row numbers to train (row 1 always runs: the baseline)")
     args = parser.parse_args()
     targets = [name.strip() for name in args.targets.split(",") if name.strip()]

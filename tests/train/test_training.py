@@ -96,8 +96,10 @@ def test_offline_features_equal_online_and_give_the_same_losses(regenerated, tin
         train_drafter(offline.model_copy(update={"out": tmp_path / "x", "max_length": 40}))
 
 
-def test_resume_from_a_checkpoint_reproduces_the_same_losses(regenerated, tiny_target_dir, tmp_path):
-    config = small_config(tiny_target_dir, regenerated, tmp_path / "full", epochs=2, save_every=2, keep_checkpoints=5, batch_size=3)
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_resume_from_a_checkpoint_reproduces_the_same_losses(regenerated, tiny_target_dir, tmp_path, optimizer):
+    config = small_config(tiny_target_dir, regenerated, tmp_path / "full", epochs=2, save_every=2, keep_checkpoints=5, batch_size=3,
+                          optimizer=optimizer)
     full = train_drafter(config)
     assert full.steps == 16
     checkpoints = sorted((tmp_path / "full" / "checkpoints").glob("step-*"))

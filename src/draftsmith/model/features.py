@@ -85,11 +85,15 @@ def extract_target_features(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor | None,
     layer_ids: Sequence[int],
-) -> torch.Tensor:
-    """[B, T, k*H] raw concatenation of the target's layer features for `layer_ids` (no grad)."""
+    with_final_hidden: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """[B, T, k*H] raw concatenation of the target's layer features for `layer_ids` (no grad);
+    `with_final_hidden`: also the decoder's output after its final norm [B, T, H], which the target's
+    LM head turns into its next-token logits (soft targets)."""
     with LayerFeatureTap(target_model, layer_ids) as tap:
-        _decoder(target_model)(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-        return tap.take()
+        output = _decoder(target_model)(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        features = tap.take()
+    return (features, output.last_hidden_state) if with_final_hidden else features
 
 
 def uses_old_last_layer_feature(config) -> bool:

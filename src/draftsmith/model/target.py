@@ -206,3 +206,38 @@ def load_embedding_and_head(
     head = nn.Linear(head_weight.shape[1], head_weight.shape[0], bias=False, device="meta")
     head.weight = nn.Parameter(head_weight, requires_grad=False)
     return embedding, head
+
+
+def load_final_norm(target_dir: str | Path, device: torch.device | str, dtype: torch.dtype = torch.float32) -> nn.Module:
+    """The target's final norm (after its last decoder layer, before the LM head), frozen, its weights
+    read alone from the safetensors: with it and the LM head, the last layer's stored feature (its
+    pre-norm output) gives the target's next-token logits without the rest of the target."""
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    target_dir = Path(target_dir)
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(load_target_config(target_dir))
+    norm = _final_norm(skeleton)
+    prefix = next(name for name, module in skeleton.named_modules() if module is norm)
+    locations = _tensor_locations(weight_files(target_dir))
+    state = {}
+    for name, _ in norm.named_parameters():
+        key = f"{prefix}.{name}"
+        if key not in locations:
+            raise InputError(f"{target_dir}: its weights hold no {key} (the final norm)")
+        with safe_open(str(locations[key]), framework="pt", device="cpu") as handle:
+            state[name] = handle.get_tensor(key).to(dtype)
+    norm = norm.to_empty(device=device)
+    norm.load_state_dict(state)
+    return norm.requires_grad_(False).eval()
+
+
+def _final_norm(target_model: nn.Module) -> nn.Module:
+    """The decoder's final norm (`model.norm`; a multimodal model's under its language model)."""
+    for owner in (getattr(target_model, "base_model", None), target_model, getattr(target_model, "model", None)):
+        for candidate in (owner, getattr(owner, "language_model", None)):
+            norm = getattr(candidate, "norm", None)
+            if isinstance(norm, nn.Module):
+                return norm
+    raise InputError(f"cannot find the final norm of {type(target_model).__name__} (its decoder's `norm`)")

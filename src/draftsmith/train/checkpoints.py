@@ -3,7 +3,7 @@
 A checkpoint `checkpoints/step-NNNNNNNN/` holds, written under `.step-N.partial` and renamed:
   - the drafter weights, ONCE: `config.json` + `model.safetensors` (the format `export` and engines
     read) in a replicated run; under `--sharding fsdp` a `torch.distributed.checkpoint` directory
-    `sharded/` with the drafter and AdamW state, each rank writing its own shards;
+    `sharded/` with the drafter and optimizer state, each rank writing its own shards;
   - `trainer_state.pt`: the train state (step, data position, losses, RNG), the scheduler, the
     metrics window, the run's config and, in a replicated run, the optimizer.
 
@@ -212,7 +212,10 @@ class Checkpointer:
         del weights
         if "optimizer" not in saved:
             raise InputError(f"{checkpoint}: written by a sharded run; resume it with --sharding fsdp")
-        self.optimizer.load_state_dict(saved.pop("optimizer"))
+        try:
+            self.optimizer.load_state_dict(saved.pop("optimizer"))
+        except ValueError as error:  # another optimizer's groups (a checkpoint whose recorded config was edited)
+            raise InputError(f"{checkpoint}: its optimizer state does not fit this run's optimizer ({error})") from None
 
     def _load_sharded(self, checkpoint: Path) -> None:
         import torch.distributed.checkpoint as dcp

@@ -19,8 +19,9 @@ _PANELS = {
     "Data": ("data", "split", "offline_features", "max_length", "num_anchors", "data_workers"),
     "Model": ("target", "drafter", "markov_rank", "confidence_head", "block_size", "num_draft_layers", "target_layer_ids", "num_features", "mask_token_id", "init_from_target", "draft_sliding_window", "dtype",
               "gradient_checkpointing", "attention", "device", "sharding", "num_threads"),
-    "Optimization": ("loss_weights", "gamma", "dpace_alpha", "epochs", "max_steps", "max_minutes", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "grad_clip",
-                     "grad_accum", "batch_size", "seed"),
+    "Optimization": ("loss_weights", "gamma", "dpace_alpha", "soft_targets", "epochs", "max_steps", "max_minutes", "optimizer", "lr",
+                     "min_lr_ratio", "warmup_ratio", "weight_decay", "betas", "muon_lr", "muon_momentum", "muon_weight_decay",
+                     "muon_adjust_lr", "muon_ns_steps", "grad_clip", "grad_accum", "batch_size", "seed"),
     "Checkpoints": ("out", "save_every", "keep_checkpoints", "resume", "force_resume"),
     "Logging": ("log_every", "progress", "report_to", "benchmark_steps"),
     "Evaluation": ("eval_prompts", "eval_every", "eval_max_prompts", "eval_max_new_tokens"),
@@ -65,17 +66,32 @@ class TrainConfig(BaseModel):
         "adaptive, from the drafter's own confidence, normalised over the step's blocks on every rank)")
     gamma: float | None = Field(None, gt=0, description="loss decay of --loss-weights decay; default 7/5/4 for B=16/10/8")
     dpace_alpha: float = Field(0.5, gt=0, le=1, description="D-PACE confidence smoothing alpha in (0, 1] (--loss-weights dpace)")
+    soft_targets: Literal["off", "kl", "tv"] = Field(
+        "off", description="score the drafter against the target's full next-token distribution instead of the label: kl "
+        "(KL(target || drafter) in place of CE; dspark: + its confidence head) or tv (0.1 KL + 0.9 L1 distance, DSpark's "
+        "mix, for either drafter); off: the label's one-hot (CE; dspark 0.1 CE + 0.9 L1)")
     max_length: SequenceTokens = Field(3072, ge=2, description="truncate each sequence to this many tokens")
     epochs: int = Field(6, ge=1, description="passes over the trainable samples")
     max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps")
     max_minutes: float | None = Field(
         None, gt=0, description="also stop at the first log step after this many minutes of this run's training (a "
         "wall-clock budget; the learning-rate schedule still spans the planned steps); that step's drafter is published")
-    lr: float = Field(6e-4, gt=0, description="peak AdamW learning rate (cosine decay after warm-up)")
+    optimizer: Literal["adamw", "muon"] = Field(
+        "adamw", description="adamw, or muon (torch.optim.Muon on the draft layers' and fc's weight matrices, AdamW on "
+        "norms, biases, the mask embedding and the DSpark heads)")
+    lr: float = Field(6e-4, gt=0, description="peak AdamW learning rate (cosine decay after warm-up; --muon-lr follows the same schedule)")
     min_lr_ratio: float = Field(0.0, ge=0, le=1, description="final learning rate as a fraction of --lr")
     warmup_ratio: float = Field(0.04, ge=0, lt=1, description="share of the steps with a linear warm-up")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay (never on norms and vectors)")
     betas: tuple[Beta, Beta] = Field((0.9, 0.95), description="AdamW betas, each in [0, 1)")
+    muon_lr: float | None = Field(None, gt=0, description="--optimizer muon: peak Muon learning rate (default: --lr), "
+                                  "scaled per matrix by --muon-adjust-lr")
+    muon_momentum: float = Field(0.95, ge=0, lt=1, description="--optimizer muon: Muon's (Nesterov) momentum, in [0, 1)")
+    muon_weight_decay: float = Field(0.1, ge=0, description="--optimizer muon: decoupled weight decay of the Muon matrices")
+    muon_adjust_lr: Literal["match_rms_adamw", "original"] = Field(
+        "match_rms_adamw", description="--optimizer muon: per-matrix learning-rate scale: match_rms_adamw (0.2 sqrt(max(A, B)): "
+        "AdamW's update size, so AdamW's lr carries over) or original (sqrt(max(1, A/B)), Keller Jordan's)")
+    muon_ns_steps: int = Field(5, ge=1, le=99, description="--optimizer muon: Newton-Schulz iterations per update")
     grad_clip: float = Field(1.0, ge=0, description="0 disables clipping")
     grad_accum: int = Field(1, ge=1, description="micro-batches per optimizer step")
     batch_size: int = Field(1, ge=1, description="sequences per micro-batch per process")

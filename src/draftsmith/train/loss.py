@@ -26,7 +26,9 @@ its reduction through `LossOutput`); the trainer only needs `LossOutput.loss`, t
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import ClassVar
 
 import torch
@@ -140,22 +142,25 @@ class LossOutput:
 
 def _weighted_loss(
     ce: torch.Tensor, hit: torch.Tensor, label_mask: torch.Tensor, weights: torch.Tensor | PositionWeighting,
-    denominator: torch.Tensor | None = None,
+    denominator: torch.Tensor | None = None, term: torch.Tensor | None = None,
 ) -> LossOutput:
     """The weighted loss and its statistics from per-prediction CE and greedy hits [..., B-1].
 
     `denominator`: a weighting with a global denominator divides sum(w*CE) by it (the step's block
-    count, see `StepNormaliser`); without one, by this micro-batch's own block count."""
+    count, see `StepNormaliser`); without one, by this micro-batch's own block count. `term`: the
+    per-prediction loss in place of CE (soft targets' KL); the weights (D-PACE's confidence) and the
+    logged `weighted_ce_sum` stay the label's CE, so runs with and without it log alike."""
     weighting = _as_weighting(weights)
     full_weights = weighting.weights(ce, label_mask)
     weighted_ce_sum = (ce * full_weights).sum()
+    weighted_term_sum = weighted_ce_sum if term is None else (term * full_weights).sum()
     weight_sum = full_weights.sum()
     has_labels = label_mask[..., 0] > 0
     if weighting.global_denominator:
         count = denominator if denominator is not None else has_labels.sum()
-        loss = weighted_ce_sum / count.to(weighted_ce_sum).clamp_min(1.0)
+        loss = weighted_term_sum / count.to(weighted_term_sum).clamp_min(1.0)
     else:
-        loss = weighted_ce_sum / weight_sum.clamp_min(1e-12)
+        loss = weighted_term_sum / weight_sum.clamp_min(1e-12)
     with torch.no_grad():
         hit = hit * label_mask
         reduce_dims = tuple(range(hit.dim() - 1))
@@ -240,6 +245,8 @@ def dflash_loss_from_hidden(
     chunk_rows: int | None = DEFAULT_CHUNK_ROWS,
     keep: torch.Tensor | None = None,
     denominator: torch.Tensor | None = None,
+    soft_targets: str = "off",
+    target: TargetRows | None = None,
 ) -> LossOutput:
     """`dflash_loss` computed from hidden states [..., B-1, H], scoring only the unmasked predictions.
 
@@ -252,9 +259,45 @@ def dflash_loss_from_hidden(
     `keep`: the flat indices of the unmasked predictions (`nonzero(label_mask.flatten())`) when the
     caller has them on the host already: the trainer takes them from the CPU batch, so selecting
     the rows never waits on the device. Without it they are computed here (a sync on a GPU).
+
+    `soft_targets` "kl" or "tv" with `target` (the target's rows, `TargetRows`): the loss is
+    against the target's full next-token distribution (`SOFT_TARGETS`), chunked alike.
     """
-    ce, hit = _kept_cross_entropy(hidden, score, labels, label_mask, chunk_rows, keep)
-    return _weighted_loss(ce, hit, label_mask, weights, denominator)
+    if soft_targets == "off":
+        ce, hit = _kept_cross_entropy(hidden, score, labels, label_mask, chunk_rows, keep)
+        return _weighted_loss(ce, hit, label_mask, weights, denominator)
+    divergence_weight, l1_weight = _soft_mix(soft_targets, target)
+    ce, hit, kl, l1 = _kept_soft_scores(hidden, score, labels, label_mask, chunk_rows, keep, target)
+    return _mixed_loss(ce, hit, label_mask, weights, denominator, kl, l1, divergence_weight, l1_weight)
+
+
+# Soft targets (`--soft-targets`): the per-prediction terms against the target's distribution p, for
+# the drafter's q: KL(p || q) = sum p (log p - log q) (CE less the target's entropy: the same gradient
+# as CE against p), and the L1 distance |p - q|_1 = 2 TV(p, q), whose complement 1 - TV = sum min(p, q)
+# is the chance that speculative sampling accepts the draft (DSpark §3.3). "kl": KL alone (speculators'
+# DSpark default, KL + the confidence head); "tv": DSpark's mix, 0.1 KL + 0.9 L1, for either drafter.
+SOFT_TARGETS = ("off", "kl", "tv")
+
+
+def _soft_mix(soft_targets: str, target) -> tuple[float, float]:
+    """(divergence weight, L1 weight) of a soft-target loss."""
+    mixes = {"kl": (1.0, 0.0), "tv": (DSPARK_CE_WEIGHT, DSPARK_TV_WEIGHT)}
+    if soft_targets not in mixes:
+        raise ValueError(f"soft_targets must be one of {', '.join(SOFT_TARGETS)}, got {soft_targets!r}")
+    if target is None:
+        raise ValueError(f"soft_targets {soft_targets!r} needs the target's rows (`target`)")
+    return mixes[soft_targets]
+
+
+@dataclass(frozen=True)
+class TargetRows:
+    """The target's side of a soft-target loss: `score(hidden[index])` is the target's next-token
+    logits for each prediction. hidden [R, H] (the target's final-norm states, no grad); index [...]
+    shaped like the labels (best on the host: the kept ones are selected there); score [M, H] -> [M, V]."""
+
+    hidden: torch.Tensor
+    index: torch.Tensor
+    score: Callable
 
 
 def _kept_cross_entropy(
@@ -264,26 +307,73 @@ def _kept_cross_entropy(
     """CE (differentiable) and greedy hits, both shaped like `labels`, of the unmasked predictions of
     rows_input [..., D] scored by `chunked_cross_entropy` (zeros elsewhere). `keep` and `row_keys`
     ([...] like `labels`) as in `dflash_loss_from_hidden` and `dspark_loss_from_hidden`."""
+    rows, kept_labels, kept_keys, keep = _kept_rows(rows_input, labels, label_mask, keep, row_keys)
+    ce_selected, hit_selected = chunked_cross_entropy(rows, kept_labels, score, chunk_rows, row_keys=kept_keys)
+    return _scattered(ce_selected, keep, labels), _scattered(hit_selected, keep, labels, hits=True)
+
+
+def _kept_soft_scores(
+    rows_input: torch.Tensor, score, labels: torch.Tensor, label_mask: torch.Tensor, chunk_rows: int | None,
+    keep: torch.Tensor | None, target: TargetRows, row_keys: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """As `_kept_cross_entropy`, against the target's distribution too: (CE, hits, KL, L1), each shaped like `labels`."""
+    host_keep = torch.nonzero(label_mask.reshape(-1) > 0).squeeze(1) if keep is None else keep
+    rows, kept_labels, kept_keys, keep = _kept_rows(rows_input, labels, label_mask, host_keep, row_keys)
+    source = target.index.reshape(-1).index_select(0, host_keep.to(target.index.device))
+    target_rows = target.hidden.index_select(0, source.to(target.hidden.device, non_blocking=True))
+    ce, kl, l1, hit = _chunked(partial(_score_rows_soft, score=score, target_score=target.score), rows, kept_labels,
+                               chunk_rows, kept_keys, target_rows)  # fmt: skip
+    return (_scattered(ce, keep, labels), _scattered(hit, keep, labels, hits=True), _scattered(kl, keep, labels),
+            _scattered(l1, keep, labels))  # fmt: skip
+
+
+def _kept_rows(rows_input, labels, label_mask, keep, row_keys):
+    """(the kept rows [M, D], their labels [M], their keys or None, `keep` on the rows' device)."""
     if keep is None:
         keep = torch.nonzero(label_mask.reshape(-1) > 0).squeeze(1)
     # Selected where the keys lie (the host batch and its host `keep`, in training: no device wait).
     kept_keys = None if row_keys is None else row_keys.reshape(-1).index_select(0, keep.to(row_keys.device))
     keep = keep.to(rows_input.device, non_blocking=True)
     rows = rows_input.reshape(-1, rows_input.shape[-1]).index_select(0, keep)
-    ce_selected, hit_selected = chunked_cross_entropy(rows, labels.reshape(-1).index_select(0, keep), score, chunk_rows,
-                                                      row_keys=kept_keys)  # fmt: skip
-    ce = torch.zeros(labels.numel(), dtype=ce_selected.dtype, device=ce_selected.device).index_put((keep,), ce_selected)
-    with torch.no_grad():
-        hit = torch.zeros(labels.numel(), dtype=torch.float32, device=labels.device).index_put((keep,), hit_selected)
-    return ce.view(labels.shape), hit.view(labels.shape)
+    return rows, labels.reshape(-1).index_select(0, keep), kept_keys, keep
 
 
-def _score_rows(rows: torch.Tensor, row_labels: torch.Tensor, score, *groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _scattered(selected: torch.Tensor, keep: torch.Tensor, labels: torch.Tensor, hits: bool = False) -> torch.Tensor:
+    """Per-kept-prediction values put back in place, zeros elsewhere, shaped like `labels`."""
+    if hits:
+        with torch.no_grad():
+            return torch.zeros(labels.numel(), dtype=torch.float32, device=labels.device).index_put((keep,), selected).view(labels.shape)
+    return torch.zeros(labels.numel(), dtype=selected.dtype, device=selected.device).index_put((keep,), selected).view(labels.shape)
+
+
+def _score_rows(rows: torch.Tensor, row_labels: torch.Tensor, *groups: torch.Tensor, score) -> tuple[torch.Tensor, torch.Tensor]:
     """fp32 cross-entropy and greedy hits of one chunk of rows; its logits die with the call."""
     logits = score(rows, *groups)
     ce = F.cross_entropy(logits.float(), row_labels, reduction="none")
     hit = (logits.detach().argmax(-1) == row_labels).float()
     return ce, hit
+
+
+def _score_rows_soft(rows: torch.Tensor, row_labels: torch.Tensor, target_rows: torch.Tensor, *groups: torch.Tensor, score,
+                     target_score) -> tuple[torch.Tensor, ...]:  # fmt: skip
+    """fp32 (CE, KL(p || q), |p - q|_1, greedy hits) of one chunk of rows against the target's
+    distribution p of the same rows; both chunks' logits die with the call."""
+    logits = score(rows, *groups)
+    log_q = F.log_softmax(_at_least_fp32(logits), dim=-1)
+    ce = -log_q.gather(-1, row_labels[:, None]).squeeze(-1)
+    with torch.no_grad():
+        log_p = F.log_softmax(_at_least_fp32(target_score(target_rows)), dim=-1)
+        p = log_p.exp()
+    # A token the target rules out (p = 0, log p = -inf: a masked logit) adds nothing, not 0 * inf.
+    kl = torch.where(p > 0, p * (log_p - log_q), torch.zeros_like(log_q)).sum(-1)
+    l1 = (p - log_q.exp()).abs().sum(-1)
+    hit = (logits.detach().argmax(-1) == row_labels).float()
+    return ce, kl, l1, hit
+
+
+def _at_least_fp32(logits: torch.Tensor) -> torch.Tensor:
+    """Softmax in fp32 at least (bf16/fp16 logits under autocast), float64 kept (the tests' reference)."""
+    return logits if logits.dtype == torch.float64 else logits.float()
 
 
 def _key_groups(keys: torch.Tensor | None, device: torch.device) -> tuple[torch.Tensor, ...]:
@@ -309,21 +399,29 @@ def chunked_cross_entropy(
     its rows' distinct keys and each row's index among them, so that a term that depends on the key
     alone is computed once per distinct key of the chunk (DSpark's Markov bias: once per previous token).
     """
+    return _chunked(partial(_score_rows, score=score), rows, row_labels, chunk_rows, row_keys)
+
+
+def _chunked(score_chunk, rows: torch.Tensor, row_labels: torch.Tensor, chunk_rows: int | None,
+             row_keys: torch.Tensor | None, *aligned: torch.Tensor) -> tuple[torch.Tensor, ...]:  # fmt: skip
+    """`score_chunk(rows, labels, *aligned, *key groups)` (a tuple of per-row tensors) over chunks of
+    `chunk_rows` rows, each checkpointed (see `chunked_cross_entropy`), concatenated back."""
     from torch.utils.checkpoint import checkpoint
 
     if chunk_rows is not None and chunk_rows < 1:
         raise ValueError("chunk_rows must be at least 1")
     if chunk_rows is None or rows.shape[0] <= chunk_rows:
-        return _score_rows(rows, row_labels, score, *_key_groups(row_keys, rows.device))
+        return score_chunk(rows, row_labels, *aligned, *_key_groups(row_keys, rows.device))
     pieces = []
     for start in range(0, rows.shape[0], chunk_rows):
-        chunk, chunk_labels = rows[start : start + chunk_rows], row_labels[start : start + chunk_rows]
-        groups = _key_groups(None if row_keys is None else row_keys[start : start + chunk_rows], rows.device)
-        if torch.is_grad_enabled() and chunk.requires_grad:
-            pieces.append(checkpoint(_score_rows, chunk, chunk_labels, score, *groups, use_reentrant=False))
+        part = slice(start, start + chunk_rows)
+        groups = _key_groups(None if row_keys is None else row_keys[part], rows.device)
+        arguments = (rows[part], row_labels[part], *(tensor[part] for tensor in aligned), *groups)
+        if torch.is_grad_enabled() and rows.requires_grad:
+            pieces.append(checkpoint(score_chunk, *arguments, use_reentrant=False))
         else:
-            pieces.append(_score_rows(chunk, chunk_labels, score, *groups))
-    return torch.cat([ce for ce, _ in pieces]), torch.cat([hit for _, hit in pieces])
+            pieces.append(score_chunk(*arguments))
+    return tuple(torch.cat(parts) for parts in zip(*pieces, strict=True))
 
 
 # DSpark (arXiv 2607.05147, §3.3; DeepSpec's `dspark/loss.py` and its Qwen3 recipe): 0.1 CE + 0.9 L1
@@ -349,6 +447,8 @@ def dspark_loss_from_hidden(
     tv_weight: float = DSPARK_TV_WEIGHT,
     confidence_weight: float = DSPARK_CONFIDENCE_WEIGHT,
     previous: torch.Tensor | None = None,
+    soft_targets: str = "off",
+    target: TargetRows | None = None,
 ) -> LossOutput:
     """The DSpark loss over B predictions per block: rows_input [..., B, D], labels/label_mask [..., B],
     weights [B] or a `PositionWeighting` (with `denominator` as in `dflash_loss_from_hidden`), confidence_logits [..., B] (None without a confidence head).
@@ -363,24 +463,45 @@ def dspark_loss_from_hidden(
     The target distribution is the label's one-hot: the target's greedy (temperature-0) distribution
     on target-regenerated data, which needs no stored target logits and keeps online training equal
     to offline. Against a one-hot, p_target's L1 distance is 2 (1 - p_draft(label)) and the acceptance
-    the confidence head learns is p_draft(label) = exp(-CE).
-    `LossOutput.weighted_ce_sum` / `weight_sum` keep the CE part alone, comparable with DFlash's.
+    the confidence head learns is p_draft(label) = exp(-CE). With `soft_targets` "kl" or "tv" and
+    `target`, it is the target's full distribution (`SOFT_TARGETS`): KL in place of CE, the L1
+    distance and the acceptance sum min(p, q) computed against it (ce_weight/tv_weight then follow the choice).
+    `LossOutput.weighted_ce_sum` / `weight_sum` keep the label's CE part alone, comparable with DFlash's.
     """
-    ce, hit = _kept_cross_entropy(rows_input, score, labels, label_mask, chunk_rows, keep, row_keys=previous)
+    if soft_targets == "off":
+        ce, hit = _kept_cross_entropy(rows_input, score, labels, label_mask, chunk_rows, keep, row_keys=previous)
+        accept = torch.exp(-ce)
+        return _mixed_loss(ce, hit, label_mask, weights, denominator, None, 2.0 * (1.0 - accept), ce_weight, tv_weight,
+                           accept, confidence_logits, confidence_weight)  # fmt: skip
+    ce_weight, tv_weight = _soft_mix(soft_targets, target)
+    ce, hit, kl, l1 = _kept_soft_scores(rows_input, score, labels, label_mask, chunk_rows, keep, target, row_keys=previous)
+    return _mixed_loss(ce, hit, label_mask, weights, denominator, kl, l1, ce_weight, tv_weight, 1.0 - 0.5 * l1,
+                       confidence_logits, confidence_weight)  # fmt: skip
+
+
+def _mixed_loss(
+    ce: torch.Tensor, hit: torch.Tensor, label_mask: torch.Tensor, weights: torch.Tensor | PositionWeighting,
+    denominator: torch.Tensor | None, divergence: torch.Tensor | None, l1: torch.Tensor, divergence_weight: float,
+    l1_weight: float, accept: torch.Tensor | None = None, confidence_logits: torch.Tensor | None = None,
+    confidence_weight: float = DSPARK_CONFIDENCE_WEIGHT,
+) -> LossOutput:
+    """divergence_weight x the weighted divergence (CE when None) + l1_weight x the weighted L1
+    distance (+ the confidence head's BCE against `accept`), every term normalised as the first is:
+    by sum(w), or by the step's blocks (global weighting)."""
     weighting = _as_weighting(weights)
-    output = _weighted_loss(ce, hit, label_mask, weighting, denominator)
-    # Every term is normalised as the CE term is: by sum(w), or by the step's blocks (global weighting).
+    output = _weighted_loss(ce, hit, label_mask, weighting, denominator, term=divergence)
+    if l1_weight == 0.0 and confidence_logits is None:
+        output.loss = divergence_weight * output.loss
+        return output
     full_weights = weighting.weights(ce, label_mask)
     if weighting.global_denominator:
         count = denominator if denominator is not None else (label_mask[..., 0] > 0).sum()
         norm = count.to(full_weights).clamp_min(1.0)
     else:
         norm = full_weights.sum().clamp_min(1e-12)
-    accept = torch.exp(-ce)
-    l1 = 2.0 * (1.0 - accept)
-    loss = ce_weight * output.loss + tv_weight * (l1 * full_weights).sum() / norm
+    loss = divergence_weight * output.loss + l1_weight * (l1 * full_weights).sum() / norm
     if confidence_logits is not None:
-        bce = F.binary_cross_entropy_with_logits(confidence_logits.float(), accept.detach(), reduction="none")
+        bce = F.binary_cross_entropy_with_logits(_at_least_fp32(confidence_logits), accept.detach(), reduction="none")
         loss = loss + confidence_weight * (bce * full_weights).sum() / norm
     output.loss = loss
     return output

@@ -36,7 +36,10 @@ RESUME_KEYS = ("block_size", "num_draft_layers", "target_layer_ids", "num_featur
 # ("anchors_per"), so that a change of rule can never pass silently on a resume.
 ANCHORS_PER = "document"
 # Settings the manifests of older runs did not record, and what those runs did.
-UNRECORDED_BEFORE = {"loss_weights": "decay", "dpace_alpha": 0.5, "draft_sliding_window": None, "anchors_per": ANCHORS_PER}
+UNRECORDED_BEFORE = {"loss_weights": "decay", "dpace_alpha": 0.5, "draft_sliding_window": None, "anchors_per": ANCHORS_PER,
+                     "optimizer": "adamw", "soft_targets": "off"}
+# Recorded only for a Muon run: they mean nothing to AdamW's.
+MUON_KEYS = ("muon_lr", "muon_momentum", "muon_weight_decay", "muon_adjust_lr", "muon_ns_steps")
 
 
 @dataclass
@@ -117,7 +120,9 @@ def resume_settings(config: TrainConfig, dataset: TokenizedDataset, template: di
         "target": tokenizer_fingerprint(config.target),
         "target_weights": weights_fingerprint(config.target),
         "data": dataset.fingerprint(),
-        **config.model_dump(mode="json", include=set(RESUME_KEYS) | {"lr", "gamma", "mask_token_id", "loss_weights", "dpace_alpha"}),
+        **config.model_dump(mode="json", include=set(RESUME_KEYS) | {"lr", "gamma", "mask_token_id", "loss_weights", "dpace_alpha",
+                                                                     "optimizer", "soft_targets"}),
+        **(config.model_dump(mode="json", include=set(MUON_KEYS)) if config.optimizer == "muon" else {}),
         "anchors_per": ANCHORS_PER,
     }
     if template is not None:
@@ -144,6 +149,10 @@ def check_resume_config(saved: dict, config: TrainConfig, checkpoint: Path) -> N
     if saved.get("drafter", "dflash") != config.drafter:
         raise InputError(f"--drafter {config.drafter}: {checkpoint} is a {saved.get('drafter', 'dflash')} run; "
                          f"resume it with --drafter {saved.get('drafter', 'dflash')} or train into a new --out")
+    # Checkpoints from before --optimizer existed hold AdamW's state; one optimizer's state never loads into another's.
+    if saved.get("optimizer", "adamw") != config.optimizer:
+        raise InputError(f"--optimizer {config.optimizer}: {checkpoint} holds {saved.get('optimizer', 'adamw')}'s optimizer state; "
+                         f"resume it with --optimizer {saved.get('optimizer', 'adamw')} or train into a new --out")
     if config.drafter == "dspark" and (saved.get("markov_rank"), saved.get("confidence_head")) != (config.markov_rank, config.confidence_head):
         raise InputError(f"--markov-rank/--confidence-head: {checkpoint} was trained with --markov-rank {saved.get('markov_rank')}, "
                          f"confidence head {'on' if saved.get('confidence_head') else 'off'}; resume with the same")

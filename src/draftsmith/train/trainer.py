@@ -56,6 +56,7 @@ from draftsmith.train.evaluation import BEST_DIR, SpeculativeEval, published_bes
 from draftsmith.train.loader import StepBatch, StepSampler, StepSource, make_loader, steps_per_epoch
 from draftsmith.train.loss import (
     StepNormaliser,
+    TargetRows,
     default_gamma,
     dflash_loss_from_hidden,
     dspark_loss_from_hidden,
@@ -163,6 +164,14 @@ class DrafterTrainer:
         else:
             self.target = None
             self.embed_tokens, self.lm_head = load_embedding_and_head(config.target, self.device, self.target_dtype)
+        self.final_norm = self.last_layer_slot = None
+        if self.features is not None and config.soft_targets != "off":
+            from draftsmith.model.target import load_final_norm
+
+            # Offline soft targets: the last layer's stored feature (its pre-norm output, `check_recipe_options`)
+            # through the target's final norm and LM head is the target's own next-token logits.
+            self.final_norm = load_final_norm(config.target, self.device, self.target_dtype)
+            self.last_layer_slot = self.layer_ids.index(int(target_config.get_text_config().num_hidden_layers) - 1)
 
         # The same seed gives the same initial drafter on every rank and in every mode.
         torch.manual_seed(config.seed)
@@ -231,18 +240,35 @@ class DrafterTrainer:
     def context_features(self, batch: BlockBatch, sample_indices: list[int], stored: torch.Tensor | None = None) -> torch.Tensor:
         """The drafter's context: target features of the batch, from a target forward (online) or
         the features directory (offline; `stored`: what the loader's workers read ahead)."""
+        return self.context_inputs(batch, sample_indices, stored)[0]
+
+    @torch.no_grad()
+    def context_inputs(self, batch: BlockBatch, sample_indices: list[int], stored: torch.Tensor | None = None):
+        """(`context_features`, the target's final-norm hidden states [S, T, H] where soft targets need
+        them, else None)."""
         if self.features is None:
             from draftsmith.model import extract_target_features
 
             context_mask = batch.context_mask.to(self.device, non_blocking=True)
+            final = None
             with self.autocast():
-                features = extract_target_features(self.target, batch.context_ids.to(self.device, non_blocking=True), context_mask, self.layer_ids)
+                ids = batch.context_ids.to(self.device, non_blocking=True)
+                if self.config.soft_targets != "off":
+                    features, final = extract_target_features(self.target, ids, context_mask, self.layer_ids, with_final_hidden=True)
+                else:
+                    features = extract_target_features(self.target, ids, context_mask, self.layer_ids)
             # Padding is never attended to; zeroing it makes online and offline inputs identical.
-            return features * context_mask[..., None].to(features.dtype)
+            return features * context_mask[..., None].to(features.dtype), final
         if stored is None:
             stored = self.source.stored_features(sample_indices, batch.context_ids.shape[1])
         # Stored in bf16 by default, copied as stored (pinned on CUDA); the drafter's fp32 weights (or autocast) take float32.
-        return stored.to(self.device, non_blocking=True).float()
+        features = stored.to(self.device, non_blocking=True).float()
+        if self.final_norm is None:
+            return features, None
+        width = features.shape[-1] // len(self.layer_ids)
+        last = features[..., self.last_layer_slot * width : (self.last_layer_slot + 1) * width]
+        with self.autocast():
+            return features, self.final_norm(last.to(self.target_dtype))
 
     def forward_loss(self, drafter, sample_indices: list[int], epoch: int):
         """Loss of one micro-batch; `drafter` is the (possibly DDP/FSDP-wrapped) module to call."""
@@ -253,8 +279,9 @@ class DrafterTrainer:
                       denominator: torch.Tensor | None = None):
         """The micro-batch's `LossOutput`; `denominator`: the step's block count where the weighting
         normalises over the whole step (`StepNormaliser.denominator`)."""
-        features = self.context_features(batch, sample_indices, stored)
+        features, final_hidden = self.context_inputs(batch, sample_indices, stored)
         device = self.device
+        target = None if final_hidden is None else self._target_rows(final_hidden, batch)
         with torch.no_grad():
             noise = self.embed_tokens(batch.noise_ids.to(device, non_blocking=True))
         # Checkpointed layers already recompute attention in backward; tiles need not again.
@@ -265,7 +292,7 @@ class DrafterTrainer:
             num_sequences, num_anchors = batch.anchors.shape
             if self.dspark:
                 return self._dspark_loss(drafter, hidden.view(num_sequences, num_anchors, self.config.block_size, -1), batch,
-                                         denominator)
+                                         denominator, target)
             hidden = hidden.view(num_sequences, num_anchors, self.config.block_size, -1)[:, :, 1:]
             return dflash_loss_from_hidden(
                 hidden,
@@ -274,8 +301,20 @@ class DrafterTrainer:
                 batch.label_mask.to(device, non_blocking=True),
                 self.weighting,
                 keep=torch.nonzero(batch.label_mask.reshape(-1) > 0).squeeze(1),  # from the host batch: no device wait
-                denominator=denominator,
+                denominator=denominator, soft_targets=self.config.soft_targets, target=target,
             )
+
+    def _target_rows(self, final_hidden: torch.Tensor, batch: BlockBatch) -> TargetRows:
+        """Soft targets: prediction k of a block (its label at anchor+k) is scored against the target's
+        distribution at anchor+k-1, the target's final-norm state there through its LM head (what its
+        own logits are: `compute_logits` applies the target's output scaling and softcap)."""
+        context_length = final_hidden.shape[1]
+        offsets = torch.arange(self.predictions)
+        # Past the sequence's end the label is masked; clamped, so the index stays in range.
+        positions = (batch.anchors[..., None] + offsets).clamp(max=context_length - 1)
+        index = positions + context_length * torch.arange(batch.anchors.shape[0])[:, None, None]
+        return TargetRows(final_hidden.reshape(-1, final_hidden.shape[-1]), index,
+                          lambda rows: self.drafter.compute_logits(rows, self.lm_head))  # fmt: skip
 
     def step_normaliser(self, micro_batches: list[BlockBatch]) -> StepNormaliser:
         """How this step's micro-batches enter the update; a global weighting counts the step's blocks
@@ -287,7 +326,8 @@ class DrafterTrainer:
         return StepNormaliser(self.weighting, len(micro_batches), self.context.world_size, blocks)
 
 
-    def _dspark_loss(self, drafter, hidden: torch.Tensor, batch: BlockBatch, denominator: torch.Tensor | None = None):
+    def _dspark_loss(self, drafter, hidden: torch.Tensor, batch: BlockBatch, denominator: torch.Tensor | None = None,
+                     target: TargetRows | None = None):
         """DSpark's loss of hidden [S, N, B, H]: position k scored with the Markov bias of the true
         token before its label (the anchor for k = 0: teacher forcing), plus the confidence head."""
         device = self.device
@@ -309,7 +349,7 @@ class DrafterTrainer:
             batch.label_mask.to(device, non_blocking=True), self.weighting,
             confidence_logits=inner.confidence(hidden, F.embedding(token_index_on_device, table)),
             keep=torch.nonzero(batch.label_mask.reshape(-1) > 0).squeeze(1),
-            denominator=denominator, previous=token_index,
+            denominator=denominator, previous=token_index, soft_targets=self.config.soft_targets, target=target,
         )  # fmt: skip
 
 
@@ -325,17 +365,29 @@ def check_drafter_options(config: TrainConfig) -> None:
         raise InputError(f"--markov-rank {config.markov_rank}: must be in 1..{vocab} (the target's vocabulary)")
 
 
+def check_recipe_options(config: TrainConfig) -> None:
+    """Loss and optimizer choices that cannot work together, before anything loads (exit 2 naming the flag)."""
+    if config.optimizer == "muon" and config.sharding == "fsdp":
+        raise InputError("--optimizer muon: --sharding fsdp is not supported yet (Muon on the sharded matrices has not been "
+                         "shown equal to one process); use --sharding ddp")
+    if config.soft_targets != "off" and config.offline_features is not None:
+        from draftsmith.model.feature_store import FeatureStore
+        from draftsmith.model.target import load_target_config
+
+        last = int(load_target_config(config.target).get_text_config().num_hidden_layers) - 1
+        layers = FeatureStore(config.offline_features).layer_ids
+        if last not in layers:
+            raise InputError(f"--soft-targets {config.soft_targets}: offline, the target's distribution comes from its last layer's "
+                             f"stored feature, but {config.offline_features} holds layers {layers}, not {last}; extract with "
+                             f"--target-layer-ids including {last}, or train online")
+
+
 def build_optimizer(drafter: torch.nn.Module, config: TrainConfig, total_steps: int):
-    """AdamW over exactly the drafter's trainable parameters (no decay on norms and vectors), cosine schedule."""
-    decay, no_decay = [], []
-    for name, parameter in drafter.named_parameters():
-        if parameter.requires_grad:
-            (no_decay if parameter.ndim < 2 or "norm" in name else decay).append(parameter)
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        # The fused kernel: 4.4x faster than foreach on this CPU for a DSpark head's 25M parameters.
-        lr=config.lr, betas=config.betas, fused=True,
-    )  # fmt: skip
+    """The optimizer `--optimizer` names (`optimizers.py`) over exactly the drafter's trainable parameters,
+    and the cosine schedule every one of its groups follows."""
+    from draftsmith.train.optimizers import make_optimizer
+
+    optimizer = make_optimizer(drafter, config)
     warmup_steps = int(round(config.warmup_ratio * total_steps))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda_factory(total_steps, warmup_steps, config.min_lr_ratio))
     return optimizer, scheduler
@@ -346,6 +398,7 @@ def train_drafter(config: TrainConfig) -> TrainResult:
     check_report_to(config.report_to)  # before anything is loaded or --out is made
     require_output_dir(config.out, "--out")
     check_drafter_options(config)
+    check_recipe_options(config)
     context = init_distributed(config.device)
     try:
         # Every rank of one run writes --out; only the main rank holds its lock against other runs.
@@ -589,9 +642,10 @@ def _announce(config, context, trainer, run: RunInputs, total_steps: int, per_ep
 
 
 def _weighting_words(config, trainer) -> str:
-    if config.loss_weights == "dpace":
-        return f"D-PACE weights alpha {config.dpace_alpha:g}"
-    return f"gamma {trainer.gamma:g}"
+    words = f"D-PACE weights alpha {config.dpace_alpha:g}" if config.loss_weights == "dpace" else f"gamma {trainer.gamma:g}"
+    if config.soft_targets != "off":
+        words += f", soft targets {config.soft_targets}"
+    return words + (", Muon + AdamW" if config.optimizer == "muon" else "")
 
 
 class RunLog:
