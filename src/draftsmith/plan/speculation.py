@@ -403,7 +403,9 @@ def check_drafter_for_target(export_dir: str | Path, model_config: str | Path, a
     from draftsmith.model.shape import read_model_config
 
     path = Path(export_dir)
-    config = json.loads((path / "config.json" if path.is_dir() else path).read_text())
+    config = read_json(path / "config.json" if path.is_dir() else path, "drafter config.json")
+    if not isinstance(config, dict):
+        raise InputError(f"{path}: the drafter's config.json is not a JSON object")
     _, target = read_model_config(model_config)
     flash = config.get("dflash_config") if isinstance(config.get("dflash_config"), dict) else {}
     problems = []
