@@ -120,7 +120,8 @@ def _write_subset(dataset, order: np.ndarray, size: int, directory: Path) -> Non
 def _train_config(config: DataCurveConfig, size: int, seed: int, minutes_left: float | None):
     from draftsmith.train.config import TrainConfig
 
-    values = {name: getattr(config, name) for name in TrainConfig.model_fields}
+    # Only what the curve was given: train refuses another variant's or loss's settings when they are set.
+    values = {name: getattr(config, name) for name in TrainConfig.model_fields if name in config.model_fields_set}
     run_dir = config.run_dir(size, seed)
     values.update(data=config.subset_dir(size), out=run_dir, seed=seed, eval_prompts=None, progress=False,
                   resume=(run_dir / "checkpoints").is_dir(), max_minutes=minutes_left, force_resume=False)
