@@ -50,7 +50,7 @@ def one_error(completed: subprocess.CompletedProcess, code: int = 2) -> str:
 
 def test_divergence_stops_at_the_first_nonfinite_loss_and_keeps_the_last_good_checkpoint(regenerated, tiny_target_dir, tmp_path):
     out = tmp_path / "run"
-    completed = train(tiny_target_dir, regenerated, out, "--lr", "1e30", "--grad-clip", "0", "--max-steps", "6", "--save-every", "1",
+    completed = train(tiny_target_dir, regenerated, out, "--lr", "1e18", "--grad-clip", "0", "--max-steps", "6", "--save-every", "1",
                       "--log-every", "1")  # fmt: skip
     message = one_error(completed, code=1)
     assert message.startswith("draftsmith: error: training diverged: loss nan at step 2"), message
