@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -80,6 +81,32 @@ def test_plan_data_measures_fits_and_plans_and_a_rerun_reuses_every_subset(curve
     assert again.returncode in (0, 1), again.stderr[-3000:]
     assert again.stderr.count("reused") == 3 and "training" not in again.stderr.split("reused")[-1]
     assert "914,000" in again.stdout and "extrapolation rule" in again.stdout
+
+
+    # `draftsmith status` reads the curve: every run measured, the steps of all of them done.
+    code, view = _status(out)
+    assert code == 0 and view["stage"] == "plan data" and view["state"] == "finished", view
+    assert view["done"] == view["total"] == 16 + 32 + 64
+    assert view["curve"]["runs_measured"] == view["curve"]["runs_total"] == 3 and view["curve"]["method"] == result["method"]
+    assert [(shard["name"], shard["state"], shard["total"]) for shard in view["shards"]] == [
+        ("n=8 seed 0", "finished", 16), ("n=16 seed 0", "finished", 32), ("n=32 seed 0", "finished", 64)]
+    # What a kill during the last run's measurement leaves: trained, not measured, no curve.
+    killed = root / "killed-curve"
+    shutil.copytree(out, killed)
+    (killed / "curve.json").unlink()
+    (killed / "runs" / "n32-seed0" / "curve_eval.json").unlink()
+    code, view = _status(killed)
+    assert code == 1 and view["state"] == "dead" and view["curve"]["runs_measured"] == 2, view
+    assert [shard["state"] for shard in view["shards"]] == ["finished", "finished", "dead"]
+    assert any("rerun it: finished runs are reused" in alert for alert in view["alerts"]), view["alerts"]
+
+
+def _status(out: Path) -> tuple[int, dict]:
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    completed = subprocess.run([sys.executable, "-m", "draftsmith", "status", "--json", str(out)], env=env,
+                               capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert "Traceback" not in completed.stderr, completed.stderr
+    return completed.returncode, json.loads(completed.stdout)
 
 
 @pytest.mark.parametrize("sizes, change, message", [

@@ -36,6 +36,8 @@ from draftsmith.datacurve.fit import (
 from draftsmith.datacurve.summary import CurveRow, DataCurveSummary, PlanRow, SmokeVerdict, write_plot
 
 EVAL_FILE = "curve_eval.json"
+#: The runs a curve will train, written before the first one starts: what `draftsmith status` counts against.
+RUNS_FILE = "curve_runs.json"
 SUBSET_SEED_OFFSET = 7919  # the subsets' order is its own stream, not the drafter's initialisation
 
 
@@ -250,6 +252,11 @@ def _run(config: DataCurveConfig, dataset, sizes: list[int], prompts, log) -> Da
     log(f"[plan data] {len(sizes)} subset(s) {', '.join(f'{s:,}' for s in sizes)} of {len(dataset):,} samples x "
         f"{len(seeds)} seed(s), {config.epochs} epoch(s) each (steps grow with the subset: "
         f"{', '.join(f'{_steps(config, s):,}' for s in sizes)}); held-out prompts: {len(prompts)}")
+    write_json_atomic(config.out / RUNS_FILE, {
+        "kind": "draftsmith.plan.data.runs", "version": 1, "epochs": config.epochs,
+        "runs": [{"size": size, "seed": seed, "steps": _steps(config, size),
+                  "dir": str(config.run_dir(size, seed).relative_to(config.out))} for size, seed in runs],
+    }, indent=1)  # fmt: skip
     records: list[dict[str, Any]] = []
     baselines: dict[str, float] = {}
     stopped = False

@@ -15,11 +15,12 @@ from draftsmith.core.errors import InputError
 from draftsmith.core.lock import directory_owner
 from draftsmith.core.units import parse_duration
 from draftsmith.status.config import StatusConfig, StatusSummary
+from draftsmith.status.curve_view import CURVE_FILE, RUNS_FILE, curve_status
 from draftsmith.status.generate_view import generate_status
 from draftsmith.status.reading import list_directory
 from draftsmith.status.stage_views import other_status, train_status
 
-STAGES = ("generate", "tokenize", "extract", "train", "export")
+STAGES = ("generate", "tokenize", "extract", "train", "export", "plan data")
 
 __all__ = ["StatusConfig", "StatusSummary", "status"]
 
@@ -39,6 +40,8 @@ def _stage_of(directory: Path) -> str:
     if owner is None:
         raise InputError(f"{directory}: not a draftsmith output directory (no owner record, manifest or stage files); "
                          f"status reads the output of {', '.join(STAGES)}")  # fmt: skip
+    if owner == "plan" and any((directory / name).exists() for name in (RUNS_FILE, CURVE_FILE)):
+        return "plan data"  # the owner record keeps a command's first word; plan data is the plan that owns a directory
     if owner not in STAGES:
         raise InputError(f"{directory}: belongs to `{owner}`; status reads the output of {', '.join(STAGES)}")
     return owner
@@ -66,4 +69,6 @@ def status(config: StatusConfig) -> StatusSummary:
         raise InputError(f"several {stage} directories: status aggregates the shards of generate only; give one")
     if stage == "train":
         return train_status(directories[0], window_s, stall_s)
+    if stage == "plan data":
+        return curve_status(directories[0], window_s, stall_s)
     return other_status(stage, directories[0], stall_s)

@@ -9,11 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from draftsmith.core.config import cli
 
-State = Literal["running", "finished", "stalled", "dead", "failing"]
+State = Literal["pending", "running", "finished", "stalled", "dead", "failing"]
 #: States that need a person: exit code 1 (cron and alerting key on it).
 ALERT_STATES = frozenset({"stalled", "dead", "failing"})
 #: The worst state of several shards wins, in this order.
-STATE_ORDER = ("finished", "running", "failing", "stalled", "dead")
+STATE_ORDER = ("finished", "pending", "running", "failing", "stalled", "dead")
 
 
 class StatusConfig(BaseModel):
@@ -79,6 +79,7 @@ class StatusSummary(BaseModel):
     replan: dict[str, Any] | None = None
     disk: dict[str, Any] | None = None
     train: dict[str, Any] | None = None
+    curve: dict[str, Any] | None = Field(None, description="plan data: the curve's runs measured of all, its fit method")
     alerts: list[str] = Field(default_factory=list)
     shards: list[ShardStatus] = Field(default_factory=list)
 

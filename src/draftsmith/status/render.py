@@ -11,7 +11,7 @@ from rich.text import Text
 from draftsmith.core.units import format_bytes, format_count, format_duration, format_tokens_per_s
 from draftsmith.status.config import ALERT_STATES, StatusSummary
 
-_STYLE = {"running": "green", "finished": "cyan", "stalled": "yellow", "dead": "red", "failing": "red"}
+_STYLE = {"pending": "dim", "running": "green", "finished": "cyan", "stalled": "yellow", "dead": "red", "failing": "red"}
 
 
 def clock(unix_time: float | None) -> str:
@@ -104,7 +104,7 @@ def render(summary: StatusSummary):
     table.add_row("settings", _settings_line(summary.settings))
     if summary.settings.get("endpoints"):
         table.add_row("endpoints", ", ".join(summary.settings["endpoints"]))
-    unit = "steps" if summary.stage == "train" else "rows"
+    unit = "steps" if summary.stage in ("train", "plan data") else "rows"
     table.add_row("done", _progress(summary) + (f"  failed {summary.failed:,}" if summary.failed else ""))
     table.add_row("rate (window)", _rate(summary.rows_per_s, summary.output_tokens_per_s, unit))
     if summary.stage == "generate":
@@ -120,6 +120,11 @@ def render(summary: StatusSummary):
             table.add_row("re-plan", _replan_line(summary.replan))
     if summary.train:
         _train_rows(table, summary.train)
+    if summary.curve:
+        method = f", fitted by {summary.curve['method']}" if summary.curve.get("method") else ""
+        table.add_row("runs", f"{summary.curve['runs_measured']} of {summary.curve['runs_total']} measured{method}")
+        if summary.curve.get("note"):
+            table.add_row("stopped", summary.curve["note"])
     if len(summary.shards) == 1:  # several: a column of the shard table
         table.add_row("writer", summary.shards[0].writer)
     table.add_row("last write", _age(summary.last_write_age_s))
@@ -134,7 +139,7 @@ def render(summary: StatusSummary):
 
 def _shard_table(summary: StatusSummary) -> Table:
     table = Table(title=None, padding=(0, 1))
-    for name in ("shard", "state", "done / total", "failed", "rows/s", "tok/s", "writer", "last write", "note"):
+    for name in ("run" if summary.stage == "plan data" else "shard", "state", "done / total", "failed", "rows/s", "tok/s", "writer", "last write", "note"):
         table.add_column(name)
     for shard in summary.shards:
         total = f"{shard.total:,}" if shard.total is not None else "?"

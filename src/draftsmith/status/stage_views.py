@@ -31,7 +31,7 @@ def _state(alive: bool | None, finished: bool, age: float | None, stall_s: float
     return "running"
 
 
-def _train_rates(steps: list[dict], now: float, window_s: float) -> tuple[float | None, float | None]:
+def train_rates(steps: list[dict], now: float, window_s: float) -> tuple[float | None, float | None]:
     """(steps/s over the window, steps/s since the first timed record) from records carrying ``time``."""
     timed = [r for r in steps if isinstance(r.get("time"), (int, float))]
     if len(timed) < 2:
@@ -58,7 +58,7 @@ def _checkpoint(directory: Path, now: float) -> dict[str, Any] | None:
 def train_status(directory: Path, window_s: float, stall_s: float) -> StatusSummary:
     now = time.time()
     log_path = directory / TRAIN_LOG
-    records = _log_records(log_path)
+    records = log_records(log_path)
     steps = [r for r in records if "loss" in r and isinstance(r.get("step"), int)]
     evals = [r for r in records if "eval_tau" in r]
     last = steps[-1] if steps else {}
@@ -66,7 +66,7 @@ def train_status(directory: Path, window_s: float, stall_s: float) -> StatusSumm
     total = next((value for value in (last.get("total_steps"), config.get("max_steps"))
                   if isinstance(value, int) and not isinstance(value, bool) and value > 0), None)  # fmt: skip
     step = int(last.get("step", 0))
-    rate, rate_since = _train_rates(steps, now, window_s)
+    rate, rate_since = train_rates(steps, now, window_s)
     alive, writer = describe_writer(directory / LOCK_NAME)
     last_write = newest_mtime([log_path, directory / LOCK_NAME])
     age = None if last_write is None else round(now - last_write, 1)
@@ -99,7 +99,7 @@ def train_status(directory: Path, window_s: float, stall_s: float) -> StatusSumm
     return summary
 
 
-def _log_records(path: Path) -> list[dict]:
+def log_records(path: Path) -> list[dict]:
     try:
         return list(json_lines(path))
     except FileNotFoundError:
