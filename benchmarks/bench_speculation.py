@@ -6,7 +6,7 @@ measured tok/s and the best K of each.
 
     PYTHONPATH=src python benchmarks/bench_speculation.py                       # K 1,2,4,7 x concurrency 1,8
     PYTHONPATH=src python benchmarks/bench_speculation.py --ks 3 --concurrency 1,4 --requests 8 \\
-        --max-tokens 48 --export DIR --json out.json                            # the CI-sized run
+        --max-tokens 48 --export DIR --json out.json --check                    # the CI-sized run, checked
     PYTHONPATH=src python benchmarks/bench_speculation.py --target smollm2 --export DRAFTER_DIR
         # SmolLM2-135M (models fetch smollm2-135m) with a drafter trained on it (bench_real_target.py or
         # bench_recipes.py), on 48 of the hand-written prompts of benchmarks/data/real_target_prompts.jsonl
@@ -130,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
     parser.add_argument("--reuse", action="store_true", help="reuse the bench JSONs already in --workdir")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 unless vLLM's per-position acceptance was stored by bench and read back by "
+                             "plan speculation, and every predicted point is within 2x of the measured one")
     args = parser.parse_args(argv)
 
     from draftsmith.plan.device import device_dict, measure_device
@@ -313,7 +316,64 @@ def main(argv: list[str] | None = None) -> int:
                                          "output_mean": output_mean, "prompt_mean": prompt_mean,
                                          "target": args.target, "export": str(export),
                                          "engine_threads": threads}, indent=2) + "\n")
-    return 0
+    if not args.check:
+        return 0
+    failures = check(rows, plan.acceptance.per_position, files, target, export, device_file, ks, concurrency,
+                     output_mean, overhead, threads, device.title)
+    for failure in failures:
+        print(f"check: FAIL: {failure}")
+    print("check: PASS" if not failures else f"check: {len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+def check(rows, profile, files, target, export, device_file, ks, concurrency, output_mean, overhead, threads,
+          device_title) -> list[str]:
+    """What the CI-sized run must show (--check): the failures, none when it holds."""
+    import os
+
+    from draftsmith.cli import main as draftsmith
+
+    failures = []
+    k = max(ks)
+    # bench stored vLLM's per-position acceptance: K positions, never rising, the trained drafter accepted.
+    if not (len(profile) == k and all(a >= b for a, b in zip(profile, profile[1:])) and profile[0] > 0.1):
+        failures.append(f"vLLM's acceptance per position {profile}: not K={k} positions, never rising, the first above 0.1")
+    level = json.loads(files[("dflash", k)].read_text())["results"][0]["engine_metrics"]
+    if len(level["spec_acceptance_per_position"]) != k or level["spec_drafts"] <= 0:
+        failures.append(f"bench-dflash-k{k}.json: {level['spec_acceptance_per_position']} per position, {level['spec_drafts']} drafts")
+    elif abs(level["spec_acceptance"] - (1 + sum(level["spec_accepted_per_position"]) / level["spec_drafts"])) > 1e-3:
+        failures.append(f"bench's spec_acceptance {level['spec_acceptance']} is not 1 + accepted per draft")
+    # The device is measured with the threads vLLM CPU computes on: every CPU but the one it reserves.
+    if threads != max(1, (os.cpu_count() or 1) - 1) or not device_title.endswith(f"{threads} threads (measured)"):
+        failures.append(f"device measured with {threads} thread(s) ({device_title}); vLLM computes on all CPUs but one")
+    expected = {(method, kk, c) for method, kk in (("none", 0), *(("dflash", kk) for kk in ks), ("ngram", k)) for c in concurrency}
+    got = {(row["method"], row["k"], row["concurrency"]) for row in rows}
+    if got != expected:
+        failures.append(f"rows {sorted(got)} are not {sorted(expected)}")
+    for row in rows:
+        if row["measured_tokens_per_s"] <= 0 or (not row["calibration"] and not 0.5 <= row["ratio"] <= 2.0):
+            failures.append(f"{row['method']} K={row['k']} at concurrency {row['concurrency']}: predicted/measured {row['ratio']:.2f}")
+        if row["method"] == "dflash" and row["k"] == k and abs(row["predicted_tau"] - (1 + sum(profile))) > 1e-6:
+            failures.append(f"the plan's tau {row['predicted_tau']} is not vLLM's counted tau {1 + sum(profile)}")
+    # The same bench file through the command line, as a user runs it.
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = draftsmith(["plan", "speculation", "--model-config", str(target), "--drafter", str(export),
+                           "--gpu", str(device_file), "--weights", "fp32", "--engine", "vllm",
+                           "--acceptance-from", str(files[("dflash", k)]), "--output-mean", f"{output_mean:.0f}",
+                           "--concurrency", ",".join(map(str, concurrency)), "--json"])  # fmt: skip
+    if code != 0:
+        failures.append(f"plan speculation --acceptance-from exited {code}")
+    else:
+        plan = json.loads(out.getvalue())
+        if any(abs(a - b) > 1e-6 for a, b in zip(plan["acceptance"]["per_position"], profile, strict=True)):
+            failures.append(f"plan speculation read {plan['acceptance']['per_position']}, bench stored {profile}")
+        if not plan["plans"] or abs(plan["step_overhead_s"] - overhead) > 1e-9 * max(1.0, overhead):
+            failures.append(f"plan speculation's step overhead {plan['step_overhead_s']} is not the calibrated {overhead}")
+    return failures
 
 
 if __name__ == "__main__":

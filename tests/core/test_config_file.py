@@ -98,3 +98,12 @@ def test_a_lone_surrogate_in_a_config_value_is_one_line(tmp_path):
     path.write_text('{"prompts": "\\ud800"}')
     with pytest.raises(InputError, match=r"eval.json: prompts: not valid text"):
         build_config(EvalConfig, {}, path)
+
+
+def test_a_lone_surrogate_under_a_key_with_a_newline_is_one_line(tmp_path):
+    # Found by the fuzz test: YAML reads JSON's escapes into a lone surrogate under a key named "\n".
+    path = tmp_path / "config.yaml"
+    path.write_text('{"batch-size": {"\\n": "\\ud800"}}')
+    with pytest.raises(InputError) as raised:
+        read_config_file(path)
+    assert "\n" not in str(raised.value) and "'batch-size.\\n'" in str(raised.value), str(raised.value)

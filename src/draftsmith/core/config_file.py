@@ -80,7 +80,9 @@ def _text(value: Any, where: Path, key: str) -> Any:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as error:
-            raise InputError(f"{where}: {key or 'a key'}: not valid text (a lone UTF-16 surrogate {ascii(value[error.start])})") from None
+            # The key path holds the file's own key names: escaped where they would break the one line.
+            shown = (key if key.isprintable() else ascii(key)) if key else "a key"
+            raise InputError(f"{where}: {shown}: not valid text (a lone UTF-16 surrogate {ascii(value[error.start])})") from None
     return value
 
 
