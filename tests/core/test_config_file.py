@@ -57,6 +57,11 @@ def test_aliases_within_the_limit_still_load(tmp_path):
     assert MAX_EXPANDED_NODES < 10**6 + 10**5
 
 
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
 def test_sigterm_stops_a_slow_parse(tmp_path):
     """A large (legal-size) YAML file takes seconds to parse: SIGTERM still stops it, exit 143."""
     rows = "".join(f"  - {{id: row{index}, text: 'value {index}', weight: {index}}}\n" for index in range(120_000))
@@ -64,8 +69,13 @@ def test_sigterm_stops_a_slow_parse(tmp_path):
     (tmp_path / "prompts.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
     process = draftsmith(["bench", "prompts.jsonl", "--config", "big.yaml", "--endpoint", "http://127.0.0.1:9"], tmp_path)
     try:
-        time.sleep(4)  # the interpreter and the CLI are up; the parse is under way
-        assert process.poll() is None, process.communicate()
+        # Under way once the process has spent more CPU than starting the CLI takes (about 2 s; the
+        # parse about 70 s): counted in CPU seconds, not wall seconds, so a loaded machine waits longer.
+        deadline = time.monotonic() + 120
+        while _cpu_seconds(process.pid) < 6:
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the parse never started"
+            time.sleep(0.1)
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=20)
     finally:
