@@ -10,7 +10,7 @@ def test_the_real_target_demo_runs_on_its_defaults_and_its_drafter_beats_the_unt
     from draftsmith.demo import DemoConfig, run_demo
 
     lines: list[str] = []
-    result = run_demo(DemoConfig(target="smollm2-135m", workdir=tmp_path / "demo", threads=2), log=lines.append)
+    result = run_demo(DemoConfig(target="smollm2-135m", workdir=tmp_path / "demo", threads=1), log=lines.append)
     assert result.generated == 64 and result.train_steps == 150
     assert result.audit_verdict.startswith("PASS"), result.audit_verdict
     assert result.lossless
