@@ -16,7 +16,7 @@ from typing import Any
 from draftsmith.core.lock import LOCK_NAME
 from draftsmith.status.config import ShardStatus, StatusSummary
 from draftsmith.status.reading import describe_writer, newest_mtime, read_json
-from draftsmith.status.stage_views import TRAIN_LOG, log_records, train_rates
+from draftsmith.status.stage_views import TRAIN_LOG, log_records, step_records, train_rates
 
 RUNS_FILE = "curve_runs.json"
 EVAL_FILE = "curve_eval.json"
@@ -27,7 +27,7 @@ def _run_view(directory: Path, run: dict[str, Any]) -> dict[str, Any]:
     run_dir = directory / str(run.get("dir", ""))
     planned = int(run.get("steps") or 0)
     measured = read_json(run_dir / EVAL_FILE)
-    steps = [record for record in log_records(run_dir / TRAIN_LOG) if "loss" in record and isinstance(record.get("step"), int)]
+    steps = step_records(log_records(run_dir / TRAIN_LOG))
     if measured is not None:
         done, phase = planned, "measured"
     elif steps:
@@ -83,9 +83,9 @@ def curve_status(directory: Path, window_s: float, stall_s: float) -> StatusSumm
 def _run_state(run: dict[str, Any], state: str) -> str:
     if run["phase"] == "measured":
         return "finished"
-    if run["phase"] == "training" and state in ("running", "stalled"):
+    if run["phase"] == "training" and state in ("running", "stalled", "dead"):
         return state
-    return "dead" if run["phase"] == "training" and state == "dead" else "pending"
+    return "pending"
 
 
 def _run_note(run: dict[str, Any]) -> str:

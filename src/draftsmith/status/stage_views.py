@@ -59,7 +59,7 @@ def train_status(directory: Path, window_s: float, stall_s: float) -> StatusSumm
     now = time.time()
     log_path = directory / TRAIN_LOG
     records = log_records(log_path)
-    steps = [r for r in records if "loss" in r and isinstance(r.get("step"), int)]
+    steps = step_records(records)
     evals = [r for r in records if "eval_tau" in r]
     last = steps[-1] if steps else {}
     config = read_json(directory / "train_config.json") or {}
@@ -97,6 +97,11 @@ def train_status(directory: Path, window_s: float, stall_s: float) -> StatusSumm
     if state in ("stalled", "dead"):
         summary.alerts.append(f"train: {state} (writer {writer}, last log write {age}s ago)")
     return summary
+
+
+def step_records(records: list[dict]) -> list[dict]:
+    """The optimizer-step records of a `train_log.jsonl` (not its eval records)."""
+    return [r for r in records if "loss" in r and isinstance(r.get("step"), int)]
 
 
 def log_records(path: Path) -> list[dict]:
